@@ -1,0 +1,284 @@
+"""Split a Document into Chunks sized for the embedding model's window.
+
+Every chunk's text is an exact slice of the document (so offsets and line
+numbers point back into the file); what the model and FTS see in addition —
+the heading path, or a `file: x.py | class: A | def: b` line for code —
+lives in `heading`.
+
+Sizes are counted in estimated word pieces: all-MiniLM-L6-v2 reads at most
+256, and text past that blurs the vector, so the default chunk (200) plus its
+heading line stays inside the window.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from bisect import bisect_left, bisect_right
+from dataclasses import dataclass
+
+from .config import ChunkingConfig
+from .loaders import Document
+
+CHUNKER_VERSION = 1
+
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+# Cut points, coarsest first; a cut falls right after the separator.
+_SEPARATORS = (
+    re.compile(r"\n[ \t]*\n"),
+    re.compile(r"\n"),
+    re.compile(r"(?<=[.!?;:])\s+"),
+    re.compile(r"\s+"),
+)
+_FENCE = re.compile(r"^[ \t]{0,3}(```+|~~~+)")
+_HEADING = re.compile(r"^[ \t]{0,3}(#{1,6})[ \t]+(.+?)[ \t#]*$")
+_CODE_BOUNDARIES = {
+    "python": re.compile(r"^(?:async[ \t]+def|def|class)[ \t]+(\w+)", re.M),
+    "javascript": re.compile(
+        r"^(?:export[ \t]+(?:default[ \t]+)?)?(?:async[ \t]+)?"
+        r"(?:function\*?|class|interface|type|enum|const|let|var)[ \t]+([A-Za-z_$][\w$]*)", re.M),
+}
+_CODE_BOUNDARIES["typescript"] = _CODE_BOUNDARIES["javascript"]
+_PY_METHOD = re.compile(r"^[ \t]+(?:async[ \t]+)?def[ \t]+(\w+)", re.M)
+
+
+@dataclass(frozen=True)
+class Chunk:
+    text: str
+    start_char: int
+    end_char: int
+    start_line: int
+    end_line: int
+    page: int | None
+    heading: str
+
+    @property
+    def embed_text(self) -> str:
+        return f"{self.heading}\n{self.text}" if self.heading else self.text
+
+    @property
+    def content_hash(self) -> str:
+        return hashlib.blake2b(self.embed_text.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def estimate_tokens(text: str) -> int:
+    """Word-piece estimate without loading a tokenizer: words and punctuation marks."""
+    return len(_TOKEN.findall(text))
+
+
+@dataclass
+class _Segment:
+    """A span that should stay together where it fits: a section or a code unit."""
+    start: int
+    end: int
+    heading: str
+
+
+class _Splitter:
+    """Offset arithmetic over one text: token counts in O(log n), recursive cuts."""
+
+    def __init__(self, text: str, protected: list[tuple[int, int]]):
+        self.text = text
+        self.token_starts = [m.start() for m in _TOKEN.finditer(text)]
+        self.protected = protected
+
+    def tokens(self, start: int, end: int) -> int:
+        return bisect_left(self.token_starts, end) - bisect_left(self.token_starts, start)
+
+    def _cuttable(self, position: int) -> bool:
+        return not any(s < position < e for s, e in self.protected)
+
+    def pieces(self, start: int, end: int, size: int, level: int = 0) -> list[tuple[int, int]]:
+        """Spans covering [start, end), each within size unless nothing may cut it."""
+        if self.tokens(start, end) <= size or level >= len(_SEPARATORS):
+            return [(start, end)]
+        cuts = [m.end() for m in _SEPARATORS[level].finditer(self.text, start, end)]
+        cuts = [c for c in cuts if start < c < end and self._cuttable(c)]
+        bounds = [start, *cuts, end]
+        result: list[tuple[int, int]] = []
+        for s, e in zip(bounds, bounds[1:]):
+            result.extend(self.pieces(s, e, size, level + 1))
+        return result
+
+    def overlap_start(self, end: int, floor: int, overlap: int) -> int:
+        """Where the next chunk should start so it repeats ~overlap tokens, at a word start."""
+        if overlap <= 0:
+            return end
+        index = bisect_left(self.token_starts, end) - overlap
+        if index <= 0:
+            return floor
+        position = max(self.token_starts[index], floor)
+        # Prefer starting the repeat at a line, then a sentence, over mid-sentence.
+        content_end = len(self.text[:end].rstrip())
+        for boundary in (_SEPARATORS[1], _SEPARATORS[2]):
+            match = boundary.search(self.text, position, content_end)
+            if match and match.end() < content_end:
+                position = match.end()
+                break
+        # Never start inside a fence or table: it would repeat half a block.
+        while not self._cuttable(position) and position < end:
+            index += 1
+            if index >= len(self.token_starts):
+                return end
+            position = self.token_starts[index]
+        return position
+
+    def pack(self, start: int, end: int, size: int, overlap: int) -> list[tuple[int, int]]:
+        """Greedy packing of pieces into chunks, each new chunk repeating the tail of the last."""
+        pieces = self.pieces(start, end, size)
+        spans: list[tuple[int, int]] = []
+        chunk_start, chunk_end = pieces[0][0], pieces[0][0]
+        for s, e in pieces:
+            if chunk_end > chunk_start and self.tokens(chunk_start, e) > size:
+                spans.append((chunk_start, chunk_end))
+                chunk_start = self.overlap_start(chunk_end, spans[-1][0] + 1, min(overlap, size // 2))
+                if self.tokens(chunk_start, e) > size:
+                    chunk_start = s
+            chunk_end = e
+        spans.append((chunk_start, chunk_end))
+        return self._absorb_tiny(spans, max(8, size // 8))
+
+    def _absorb_tiny(self, spans: list[tuple[int, int]], limit: int) -> list[tuple[int, int]]:
+        """A lone heading or a last few words read better as part of their neighbour."""
+        merged: list[tuple[int, int]] = []
+        for span in spans:
+            if merged and (self.tokens(*merged[-1]) < limit or self.tokens(*span) < limit):
+                span = (merged.pop()[0], span[1])
+            merged.append(span)
+        return merged
+
+
+def _markdown_segments(text: str) -> tuple[list[_Segment], list[tuple[int, int]]]:
+    """Sections at headings outside fences; fences and tables are protected blocks."""
+    segments: list[_Segment] = []
+    protected: list[tuple[int, int]] = []
+    path: list[tuple[int, str]] = []
+    fence: str | None = None
+    fence_start = table_start = 0
+    in_table = False
+    offset = 0
+    section_start, section_heading = 0, ""
+    for line in text.splitlines(keepends=True):
+        stripped = line.strip()
+        fence_match = _FENCE.match(line)
+        if fence is not None:
+            if fence_match and fence_match.group(1)[0] == fence[0] and len(fence_match.group(1)) >= len(fence):
+                protected.append((fence_start, offset + len(line)))
+                fence = None
+        elif fence_match:
+            fence, fence_start = fence_match.group(1), offset
+        else:
+            is_row = stripped.startswith("|")
+            if is_row and not in_table:
+                table_start = offset
+            if in_table and not is_row:
+                protected.append((table_start, offset))
+            in_table = is_row
+            heading = _HEADING.match(line.rstrip("\n"))
+            if heading:
+                if offset > section_start:
+                    segments.append(_Segment(section_start, offset, section_heading))
+                level = len(heading.group(1))
+                path = [(lvl, title) for lvl, title in path if lvl < level] + [(level, heading.group(2).strip())]
+                section_start, section_heading = offset, " > ".join(title for _, title in path)
+        offset += len(line)
+    if fence is not None:
+        protected.append((fence_start, offset))
+    if in_table:
+        protected.append((table_start, offset))
+    if offset > section_start:
+        segments.append(_Segment(section_start, offset, section_heading))
+    return segments, protected
+
+
+def _code_segments(text: str, kind: str) -> list[_Segment]:
+    """Units start at top-level definitions, taking decorators and comments just above them."""
+    starts = [0]
+    names: dict[int, str] = {0: ""}
+    for match in _CODE_BOUNDARIES[kind].finditer(text):
+        begin = match.start()
+        while begin > 0:
+            previous_start = text.rfind("\n", 0, begin - 1) + 1
+            previous = text[previous_start:begin].strip()
+            if previous.startswith(("@", "#", "//", "/*", "*")) and previous:
+                begin = previous_start
+            else:
+                break
+        keyword = match.group(0).split()
+        label = "class" if "class" in keyword else "def" if kind == "python" else "symbol"
+        if begin > starts[-1]:
+            starts.append(begin)
+        names[starts[-1]] = f"{label}: {match.group(1)}"
+    bounds = [*starts, len(text)]
+    return [_Segment(s, e, names.get(s, "")) for s, e in zip(bounds, bounds[1:]) if e > s]
+
+
+def _code_context(text: str, file_name: str, segment: _Segment, start: int) -> str:
+    """`# file: x.py | class: A | def: b` — where in the file a code chunk sits."""
+    parts = [f"file: {file_name}"]
+    if segment.heading:
+        parts.append(segment.heading)
+        if segment.heading.startswith("class: "):
+            methods = list(_PY_METHOD.finditer(text, segment.start, max(start, segment.start) + 1))
+            if methods:
+                parts.append(f"def: {methods[-1].group(1)}")
+    return "# " + " | ".join(parts)
+
+
+def _merge_small(segments: list[_Segment], splitter: _Splitter, limit: int, size: int) -> list[_Segment]:
+    """Fold a segment under `limit` tokens into its successor, keeping the more specific heading."""
+    merged: list[_Segment] = []
+    for segment in segments:
+        if merged and splitter.tokens(merged[-1].start, merged[-1].end) < limit \
+                and splitter.tokens(merged[-1].start, segment.end) <= size:
+            previous = merged.pop()
+            heading = segment.heading if splitter.tokens(previous.start, previous.end) < limit else previous.heading
+            segment = _Segment(previous.start, segment.end, heading or previous.heading)
+        merged.append(segment)
+    return merged
+
+
+def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -> list[Chunk]:
+    """The one entry point: dispatch on kind, pack, then attach lines, pages and headings."""
+    text = document.text
+    if not text.strip():
+        return []
+    size, overlap = config.chunk_size, config.chunk_overlap
+    protected: list[tuple[int, int]] = []
+    if document.kind in _CODE_BOUNDARIES:
+        base = _Splitter(text, protected)
+        segments = _merge_small(_code_segments(text, document.kind), base, size, size)
+    elif document.kind == "markdown":
+        segments, protected = _markdown_segments(text)
+        base = _Splitter(text, protected)
+        segments = _merge_small(segments, base, max(8, size // 4), size)
+    else:
+        base = _Splitter(text, protected)
+        segments = [_Segment(0, len(text), "")]
+    line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
+    chunks: list[Chunk] = []
+    for segment in segments:
+        for start, end in base.pack(segment.start, segment.end, size, overlap):
+            # Trim blank edges so offsets and line ranges hug the real content.
+            while start < end and text[start].isspace():
+                start += 1
+            while end > start and text[end - 1].isspace():
+                end -= 1
+            if start >= end:
+                continue
+            heading = segment.heading
+            if document.kind in _CODE_BOUNDARIES:
+                heading = _code_context(text, file_name, segment, start)
+            page = bisect_right(document.page_starts, start) if document.page_starts else None
+            chunks.append(Chunk(
+                text=text[start:end], start_char=start, end_char=end,
+                start_line=bisect_right(line_starts, start), end_line=bisect_right(line_starts, end - 1),
+                page=page, heading=heading,
+            ))
+    return chunks
+
+
+def chunker_signature(config: ChunkingConfig) -> str:
+    """Changes whenever re-chunking would give different chunks."""
+    return f"v{CHUNKER_VERSION}:size={config.chunk_size}:overlap={config.chunk_overlap}"
+

@@ -1,0 +1,243 @@
+"""Parse and validate the `knowledgebase:` section of config.yaml.
+
+Validation happens once, here, so every other module can trust its inputs;
+each error names the key and what it accepts, because that sentence is what
+the user sees.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+BACKENDS = ("local", "openai", "ollama")
+FUSIONS = ("weighted", "rrf")
+DEFAULT_LOCAL_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
+DEFAULT_REMOTE_MODELS = {"openai": "text-embedding-3-small", "ollama": "nomic-embed-text"}
+DEFAULT_BASE_URLS = {"openai": "https://api.openai.com/v1", "ollama": "http://127.0.0.1:11434"}
+
+
+class ConfigError(ValueError):
+    """A configuration value the user has to fix; the message is shown as is."""
+
+
+def expand(value: str) -> str:
+    """Expand `~` and `${VAR}` the way a shell user expects."""
+    return os.path.expanduser(os.path.expandvars(value))
+
+
+@dataclass(frozen=True)
+class EmbeddingConfig:
+    backend: str = "local"
+    model: str = DEFAULT_LOCAL_MODEL
+    model_path: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    batch_size: int = 16
+
+
+@dataclass(frozen=True)
+class ChunkingConfig:
+    chunk_size: int = 200
+    chunk_overlap: int = 30
+
+
+@dataclass(frozen=True)
+class DirectoryConfig:
+    path: Path
+    name: str
+    index_path: Path | None = None
+    exclude: tuple[str, ...] = ()
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+
+    def resolved_index_path(self, hermes_home: Path) -> Path:
+        """Default location keys the file on the absolute path, so two roots with one name never collide."""
+        if self.index_path is not None:
+            return self.index_path
+        digest = hashlib.sha256(str(self.path).encode()).hexdigest()[:10]
+        return hermes_home / "knowledgebase" / "indexes" / f"{self.name}-{digest}.sqlite"
+
+
+@dataclass(frozen=True)
+class KnowledgebaseConfig:
+    enabled: bool = True
+    directories: tuple[DirectoryConfig, ...] = ()
+    exclude: tuple[str, ...] = ()
+    embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
+    chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+    alpha: float = 0.6
+    fusion: str = "weighted"
+    rrf_k: int = 60
+    min_score: float = 0.05
+    relevance_threshold: float = 0.55
+    max_context_chunks: int = 4
+    max_context_tokens: int = 1200
+    auto_retrieve: bool = True
+    reindex_on_change: bool = True
+    watch_for_changes: bool = False
+    max_file_bytes: int = 5_000_000
+
+    def directory(self, name_or_path: str) -> DirectoryConfig | None:
+        """Find a configured directory by name or by path."""
+        for directory in self.directories:
+            if directory.name == name_or_path:
+                return directory
+        candidate = Path(expand(name_or_path)).resolve()
+        for directory in self.directories:
+            if directory.path == candidate:
+                return directory
+        return None
+
+    def ad_hoc(self, path: str) -> DirectoryConfig:
+        """A directory the config does not list, indexed with the global settings."""
+        root = Path(expand(path)).resolve()
+        if not root.is_dir():
+            raise ConfigError(f"{path} is neither a configured knowledgebase directory nor an existing folder.")
+        return DirectoryConfig(path=root, name=_default_name(root), chunking=self.chunking)
+
+
+def _default_name(root: Path) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", root.name) or "root"
+
+
+# --- value checkers: each returns the clean value or raises ConfigError -------------
+
+def _bool(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    raise ConfigError(f"knowledgebase.{key} must be true or false, not {value!r}.")
+
+
+def _number(kind: type, low: float | None = None, high: float | None = None) -> Callable[[str, Any], Any]:
+    def check(key: str, value: Any) -> Any:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        if kind is int:
+            ok = ok and float(value).is_integer()
+        if ok and ((low is not None and value < low) or (high is not None and value > high)):
+            ok = False
+        if not ok:
+            bounds = f" between {low} and {high}" if high is not None else f" of at least {low}" if low is not None else ""
+            noun = "a whole number" if kind is int else "a number"
+            raise ConfigError(f"knowledgebase.{key} must be {noun}{bounds}, not {value!r}.")
+        return kind(value)
+    return check
+
+
+def _choice(options: tuple[str, ...]) -> Callable[[str, Any], str]:
+    def check(key: str, value: Any) -> str:
+        if value not in options:
+            raise ConfigError(f"knowledgebase.{key} must be one of {', '.join(options)}, not {value!r}.")
+        return value
+    return check
+
+
+def _globs(key: str, value: Any) -> tuple[str, ...]:
+    if value is None:
+        return ()
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise ConfigError(f"knowledgebase.{key} must be a list of glob patterns.")
+    return tuple(value)
+
+
+_SCALARS: dict[str, Callable[[str, Any], Any]] = {
+    "enabled": _bool,
+    "alpha": _number(float, 0.0, 1.0),
+    "fusion": _choice(FUSIONS),
+    "rrf_k": _number(int, 1),
+    "min_score": _number(float, 0.0, 1.0),
+    "relevance_threshold": _number(float, 0.0, 1.0),
+    "max_context_chunks": _number(int, 0),
+    "max_context_tokens": _number(int, 0),
+    "auto_retrieve": _bool,
+    "reindex_on_change": _bool,
+    "watch_for_changes": _bool,
+    "max_file_bytes": _number(int, 1),
+    "exclude": _globs,
+}
+_CHUNKING_KEYS = {"chunk_size": _number(int, 32, 2000), "chunk_overlap": _number(int, 0, 1000)}
+_KNOWN_TOP = set(_SCALARS) | set(_CHUNKING_KEYS) | {"directories", "embedding_model", "embedding"}
+
+
+def _chunking(section: dict, prefix: str, base: ChunkingConfig) -> ChunkingConfig:
+    values = {k: check(f"{prefix}{k}", section[k]) for k, check in _CHUNKING_KEYS.items() if k in section}
+    chunking = replace(base, **values)
+    if chunking.chunk_overlap >= chunking.chunk_size:
+        raise ConfigError(f"knowledgebase.{prefix}chunk_overlap must be smaller than chunk_size ({chunking.chunk_size}).")
+    return chunking
+
+
+def _embedding(section: dict) -> EmbeddingConfig:
+    """`embedding_model` is either a backend name or a mapping with the details."""
+    raw = section.get("embedding_model", section.get("embedding", "local"))
+    if isinstance(raw, str):
+        raw = {"backend": raw}
+    if not isinstance(raw, dict):
+        raise ConfigError("knowledgebase.embedding_model must be local, openai, ollama, or a mapping with a backend key.")
+    backend = _choice(BACKENDS)("embedding_model.backend", raw.get("backend", "local"))
+    default_model = DEFAULT_LOCAL_MODEL if backend == "local" else DEFAULT_REMOTE_MODELS[backend]
+    model = raw.get("model", default_model)
+    if not isinstance(model, str) or not model:
+        raise ConfigError("knowledgebase.embedding_model.model must be a model name.")
+    model_path = raw.get("model_path")
+    if model_path is not None:
+        model_path = str(Path(expand(str(model_path))).resolve())
+    base_url = raw.get("base_url")
+    if base_url is not None and not (isinstance(base_url, str) and base_url.startswith(("http://", "https://"))):
+        raise ConfigError("knowledgebase.embedding_model.base_url must be an http:// or https:// URL.")
+    return EmbeddingConfig(
+        backend=backend,
+        model=model,
+        model_path=model_path,
+        base_url=expand(base_url) if base_url else DEFAULT_BASE_URLS.get(backend),
+        api_key_env=str(raw.get("api_key_env", "OPENAI_API_KEY")),
+        batch_size=_number(int, 1, 1024)("embedding_model.batch_size", raw.get("batch_size", 16)),
+    )
+
+
+def _directory(entry: Any, position: int, base: KnowledgebaseConfig) -> DirectoryConfig:
+    where = f"directories[{position}]"
+    if isinstance(entry, str):
+        entry = {"path": entry}
+    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
+        raise ConfigError(f"knowledgebase.{where} must be a path or a mapping with a path key.")
+    root = Path(expand(entry["path"])).resolve()
+    name = entry.get("name", _default_name(root))
+    if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
+        raise ConfigError(f"knowledgebase.{where}.name must use letters, digits, '-', '_' or '.', not {name!r}.")
+    index_path = entry.get("index_path")
+    return DirectoryConfig(
+        path=root,
+        name=name,
+        index_path=Path(expand(str(index_path))).resolve() if index_path else None,
+        exclude=_globs(f"{where}.exclude", entry.get("exclude")),
+        chunking=_chunking(entry, f"{where}.", base.chunking),
+    )
+
+
+def parse_knowledgebase(section: Any) -> KnowledgebaseConfig:
+    """Turn the raw yaml mapping into a validated config; None means all defaults."""
+    if section is None:
+        section = {}
+    if not isinstance(section, dict):
+        raise ConfigError("knowledgebase must be a mapping of settings.")
+    unknown = sorted(set(section) - _KNOWN_TOP)
+    if unknown:
+        raise ConfigError(f"knowledgebase.{unknown[0]} is not a known setting (see config.example.yaml).")
+    values = {key: check(key, section[key]) for key, check in _SCALARS.items() if key in section}
+    config = KnowledgebaseConfig(**values, embedding=_embedding(section),
+                                 chunking=_chunking(section, "", ChunkingConfig()))
+    raw_dirs = section.get("directories") or []
+    if not isinstance(raw_dirs, list):
+        raise ConfigError("knowledgebase.directories must be a list of paths or mappings.")
+    directories = tuple(_directory(entry, i, config) for i, entry in enumerate(raw_dirs))
+    names = [d.name for d in directories]
+    duplicate = next((n for n in names if names.count(n) > 1), None)
+    if duplicate:
+        raise ConfigError(f"knowledgebase.directories has two entries named {duplicate!r}; give one a different name.")
+    return replace(config, directories=directories)

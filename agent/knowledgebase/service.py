@@ -1,0 +1,217 @@
+"""KnowledgeBase: the one facade the CLI, the tools and the chat hook use.
+
+It maps directory names to index files, opens stores per operation, and
+loads the embedding model only when vectors are really needed (status and
+keyword search never pay for it).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from . import embeddings
+from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig
+from .indexer import IndexSummary, NullProgress, Progress, index_directory, mismatch_message
+from .retriever import SearchOptions, SearchResult, SearchSource, search
+from .scanner import scan
+from .store import IndexStore, StoreError, driver_description, index_size_bytes, remove_index, writer_lock
+
+log = logging.getLogger(__name__)
+
+
+class KnowledgebaseError(RuntimeError):
+    """An operation the user asked for cannot be done; the message says why."""
+
+
+def expected_identity(config: embeddings.EmbeddingConfig) -> tuple[str, str]:
+    """Model id and variant the configured backend will produce, without loading it."""
+    if config.backend != "local":
+        return config.model, config.backend
+    if config.model_path:
+        return config.model, "custom"
+    if config.model == "sentence-transformers/all-MiniLM-L6-v2" and embeddings._package_file(*embeddings.PIP_MODEL) \
+            and embeddings._package_file(*embeddings.PIP_TOKENIZER):
+        return config.model, "onnx-int8"
+    return config.model, "fastembed-download"
+
+
+@dataclass
+class ReadResult:
+    directory: str
+    path: str
+    start_line: int
+    end_line: int
+    total_lines: int
+    text: str
+
+    def to_dict(self) -> dict:
+        return self.__dict__ | {"continues": self.end_line < self.total_lines}
+
+
+class KnowledgeBase:
+    def __init__(self, config: KnowledgebaseConfig, hermes_home: Path,
+                 embedder_factory: Callable[[], embeddings.Embedder] | None = None):
+        self.config = config
+        self.hermes_home = hermes_home
+        self._embedder_factory = embedder_factory or (lambda: embeddings.create_embedder(config.embedding, hermes_home))
+        self._embedder: embeddings.Embedder | None = None
+
+    # --- helpers --------------------------------------------------------------------------
+    def embedder(self) -> embeddings.Embedder:
+        if self._embedder is None:
+            self._embedder = self._embedder_factory()
+        return self._embedder
+
+    def targets(self, target: str | None) -> list[DirectoryConfig]:
+        """No target: every configured directory. Otherwise a name, a configured path, or any folder."""
+        if target is None:
+            directories = [*self.config.directories, *self._ad_hoc_indexed()]
+            if not directories:
+                raise KnowledgebaseError("No knowledgebase directories are configured; add some under "
+                                         "knowledgebase.directories in config.yaml or pass a folder.")
+            return directories
+        directory = self.config.directory(target)
+        if directory is not None:
+            return [directory]
+        try:
+            return [self.config.ad_hoc(target)]
+        except ConfigError as exc:
+            raise KnowledgebaseError(str(exc)) from None
+
+    def _ad_hoc_indexed(self) -> list[DirectoryConfig]:
+        """Folders indexed by path (not listed in config.yaml) still exist for search and status."""
+        folder = self.hermes_home / "knowledgebase" / "indexes"
+        configured = {self.index_path(d) for d in self.config.directories}
+        found = []
+        for path in sorted(folder.glob("*.sqlite")) if folder.is_dir() else ():
+            if path in configured:
+                continue
+            try:
+                with IndexStore(path, create=False) as store:
+                    root = store.meta("root")
+            except StoreError:
+                continue
+            if root and Path(root).is_dir():
+                directory = self.config.ad_hoc(root)
+                if self.index_path(directory) == path:
+                    found.append(directory)
+        return found
+
+    def index_path(self, directory: DirectoryConfig) -> Path:
+        return directory.resolved_index_path(self.hermes_home)
+
+    def _refusal(self, directory: DirectoryConfig, store: IndexStore) -> str | None:
+        indexed = store.model_identity()
+        if indexed is None:
+            return None
+        model_id, variant = expected_identity(self.config.embedding)
+        if (indexed.model_id, indexed.variant) != (model_id, variant):
+            return mismatch_message(directory.name, indexed, f"{model_id} ({variant})")
+        if self._embedder is not None and self._embedder.identity != indexed:
+            return mismatch_message(directory.name, indexed, self._embedder.identity)
+        return None
+
+    # --- operations -----------------------------------------------------------------------
+    def index(self, target: str | None = None, full: bool = False,
+              progress: Callable[[], Progress] | None = None) -> list[IndexSummary]:
+        summaries = []
+        for directory in self.targets(target):
+            if not directory.path.is_dir():
+                raise KnowledgebaseError(f"Directory {directory.path} ({directory.name}) does not exist.")
+            path = self.index_path(directory)
+            reporter = progress() if progress else NullProgress()
+            with writer_lock(path, on_wait=lambda: reporter.note(f"Waiting for another process indexing {directory.name}...")):
+                with IndexStore(path) as store:
+                    summaries.append(index_directory(directory, self.config, store, self.embedder, reporter, full))
+        return summaries
+
+    def search(self, query: str, k: int = 10, directory: str | None = None, mode: str = "hybrid",
+               path_glob: str | None = None, kind: str | None = None, max_tokens: int | None = None,
+               min_score: float | None = None) -> SearchResult:
+        sources, stores = [], []
+        try:
+            for target in self.targets(directory):
+                path = self.index_path(target)
+                if not path.exists():
+                    if directory is not None:
+                        raise KnowledgebaseError(f"{target.name} is not indexed yet; run `hermes kb index {directory}`.")
+                    continue
+                store = IndexStore(path, create=False)
+                stores.append(store)
+                sources.append(SearchSource(target.name, str(target.path), store, self._refusal(target, store)))
+            if not sources:
+                raise KnowledgebaseError("Nothing is indexed yet; run `hermes kb index` first.")
+            options = SearchOptions(
+                k=k, mode=mode, fusion=self.config.fusion, alpha=self.config.alpha, rrf_k=self.config.rrf_k,
+                min_score=self.config.min_score if min_score is None else min_score,
+                max_tokens=max_tokens, path_glob=path_glob, kind=kind)
+            return search(sources, query, lambda: self.embedder().embed_query(query), options)
+        finally:
+            for store in stores:
+                store.close()
+
+    def read(self, path: str, start_line: int = 1, max_lines: int = 80) -> ReadResult:
+        """A window of a file inside a configured directory; nothing outside them, links included."""
+        if start_line < 1 or max_lines < 1:
+            raise KnowledgebaseError("start_line and max_lines must be at least 1.")
+        for directory in self.targets(None):
+            root = os.path.realpath(directory.path)
+            candidate = Path(path) if os.path.isabs(path) else directory.path / path
+            real = os.path.realpath(candidate)
+            if not real.startswith(root + os.sep) or not os.path.isfile(real):
+                continue
+            try:
+                with open(real, encoding="utf-8", errors="replace") as handle:
+                    lines = handle.read().splitlines()
+            except OSError as exc:
+                raise KnowledgebaseError(f"Cannot read {path}: {exc.strerror}.") from None
+            end = min(len(lines), start_line + max_lines - 1)
+            return ReadResult(directory.name, os.path.relpath(real, root), start_line, end, len(lines),
+                              "\n".join(lines[start_line - 1:end]))
+        raise KnowledgebaseError(f"{path} is not a file inside an indexed directory.")
+
+    def status(self, target: str | None = None) -> list[dict]:
+        rows = []
+        for directory in self.targets(target):
+            path = self.index_path(directory)
+            row = {"name": directory.name, "root": str(directory.path), "index_path": str(path),
+                   "indexed": path.exists(), "driver": driver_description()}
+            if path.exists():
+                with IndexStore(path, create=False) as store:
+                    meta = store.all_meta()
+                    known = store.files()
+                    row.update(store.counts())
+                    identity = store.model_identity()
+                    row["model"] = f"{identity.model_id} ({identity.variant}, {identity.dim}d)" if identity else None
+                    row["vector_search"] = self._refusal(directory, store) or "ok"
+                updated = float(meta.get("updated_at", 0) or 0)
+                row["last_indexed"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(updated)) if updated else None
+                row["size_bytes"] = index_size_bytes(path)
+                row["changed_on_disk"] = self._changed_on_disk(directory, known, path)
+            rows.append(row)
+        return rows
+
+    def _changed_on_disk(self, directory: DirectoryConfig, known: dict, index_path: Path) -> int | None:
+        """Stat-only count of files added, modified or deleted since the last index."""
+        if not directory.path.is_dir():
+            return None
+        scanned = scan(directory.path, (*self.config.exclude, *directory.exclude), self.config.max_file_bytes,
+                       ignore_paths=(index_path,))
+        present = {f.rel_path for f in scanned.files}
+        changed = sum(1 for f in scanned.files
+                      if f.rel_path not in known or (known[f.rel_path].size, known[f.rel_path].mtime_ns) != (f.size, f.mtime_ns))
+        return changed + sum(1 for p in known if p not in present)
+
+    def clear(self, target: str | None = None) -> list[str]:
+        cleared = []
+        for directory in self.targets(target):
+            path = self.index_path(directory)
+            with writer_lock(path):
+                if remove_index(path):
+                    cleared.append(directory.name)
+        return cleared

@@ -1,0 +1,363 @@
+"""The only module that speaks SQL: one SQLite file per indexed directory.
+
+Each file's rows change in one transaction, so a crash leaves every file
+either fully old or fully new. FTS rows follow `chunks` through triggers;
+vectors are deleted explicitly because `chunk_vec` is created only once the
+embedding dimension is known.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import functools
+import logging
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Iterator, Sequence
+
+import numpy as np
+
+from .chunker import Chunk
+from .embeddings import ModelIdentity
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+VEC_MAX_K = 4096  # sqlite-vec refuses larger k
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
+CREATE TABLE IF NOT EXISTS files(
+    id INTEGER PRIMARY KEY,
+    path TEXT NOT NULL UNIQUE,
+    size INTEGER NOT NULL,
+    mtime_ns INTEGER NOT NULL,
+    content_hash TEXT NOT NULL,
+    kind TEXT NOT NULL,
+    chunk_count INTEGER NOT NULL DEFAULT 0,
+    indexed_at REAL NOT NULL,
+    error TEXT
+);
+CREATE TABLE IF NOT EXISTS chunks(
+    id INTEGER PRIMARY KEY,
+    file_id INTEGER NOT NULL REFERENCES files(id) ON DELETE CASCADE,
+    ord INTEGER NOT NULL,
+    text TEXT NOT NULL,
+    start_char INTEGER NOT NULL,
+    end_char INTEGER NOT NULL,
+    start_line INTEGER NOT NULL,
+    end_line INTEGER NOT NULL,
+    page INTEGER,
+    heading TEXT NOT NULL DEFAULT '',
+    content_hash TEXT NOT NULL
+);
+CREATE INDEX IF NOT EXISTS chunks_file ON chunks(file_id);
+CREATE INDEX IF NOT EXISTS chunks_hash ON chunks(content_hash);
+CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
+    text, heading, content='chunks', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2'
+);
+CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
+    INSERT INTO chunks_fts(rowid, text, heading) VALUES (new.id, new.text, new.heading);
+END;
+CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
+    INSERT INTO chunks_fts(chunks_fts, rowid, text, heading) VALUES ('delete', old.id, old.text, old.heading);
+END;
+"""
+
+
+class StoreError(RuntimeError):
+    """The index file cannot be used; the message says which file and why."""
+
+
+@functools.lru_cache(maxsize=1)
+def sqlite_driver():
+    """The standard module when it can load extensions, else sqlean's bundled SQLite.
+
+    Many Python builds (pyenv, macOS system Python, conda) compile sqlite3
+    without extension loading, and sqlite-vec is an extension.
+    """
+    import sqlite3
+
+    probe = sqlite3.connect(":memory:")
+    try:
+        probe.enable_load_extension(True)
+        return sqlite3, "sqlite3 (standard library)"
+    except AttributeError:
+        import sqlean
+
+        return sqlean, "sqlean.py (bundled SQLite)"
+    finally:
+        probe.close()
+
+
+def driver_description() -> str:
+    module, name = sqlite_driver()
+    return f"{name}, SQLite {module.sqlite_version}"
+
+
+@dataclass(frozen=True)
+class FileRow:
+    id: int
+    path: str
+    size: int
+    mtime_ns: int
+    content_hash: str
+    kind: str
+    chunk_count: int
+    indexed_at: float
+    error: str | None
+
+
+@dataclass(frozen=True)
+class ChunkRow:
+    id: int
+    path: str
+    kind: str
+    ord: int
+    text: str
+    start_line: int
+    end_line: int
+    page: int | None
+    heading: str
+    content_hash: str
+
+
+def _blob(vector: np.ndarray) -> bytes:
+    return np.asarray(vector, dtype=np.float32).tobytes()
+
+
+class IndexStore:
+    """One open index file. Not shared across threads."""
+
+    def __init__(self, path: Path, create: bool = True):
+        self.path = path
+        if not create and not path.exists():
+            raise StoreError(f"No index at {path}; run `hermes kb index` first.")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        module, _ = sqlite_driver()
+        try:
+            self.conn = module.connect(str(path), isolation_level=None, timeout=30.0, check_same_thread=False)
+            self.conn.enable_load_extension(True)
+            import sqlite_vec
+
+            sqlite_vec.load(self.conn)
+            self.conn.enable_load_extension(False)
+            for pragma in ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL", "busy_timeout=30000"):
+                self.conn.execute(f"PRAGMA {pragma}")
+            self.conn.executescript(_SCHEMA)
+            if self.meta("schema_version") is None:
+                self.set_meta(schema_version=SCHEMA_VERSION, created_at=time.time())
+        except module.DatabaseError as exc:
+            raise StoreError(f"{path} is not a usable index ({exc}); delete it or run `hermes kb clear`.") from None
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self) -> "IndexStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    @contextlib.contextmanager
+    def transaction(self) -> Iterator[None]:
+        self.conn.execute("BEGIN IMMEDIATE")
+        try:
+            yield
+        except BaseException:
+            self.conn.execute("ROLLBACK")
+            raise
+        self.conn.execute("COMMIT")
+
+    # --- meta ---------------------------------------------------------------------------
+    def meta(self, key: str) -> str | None:
+        row = self.conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        return row[0] if row else None
+
+    def all_meta(self) -> dict[str, str]:
+        return dict(self.conn.execute("SELECT key, value FROM meta"))
+
+    def set_meta(self, **values: object) -> None:
+        self.conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
+                              [(k, str(v)) for k, v in values.items()])
+
+    def model_identity(self) -> ModelIdentity | None:
+        meta = self.all_meta()
+        if "model_id" not in meta:
+            return None
+        return ModelIdentity(meta["model_id"], meta.get("model_variant", ""), int(meta["dimension"]))
+
+    def has_vector_table(self) -> bool:
+        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunk_vec'").fetchone() is not None
+
+    def pin_model(self, identity: ModelIdentity) -> None:
+        """Record the model and create the vector table with its dimension."""
+        self.conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS chunk_vec USING vec0("
+                          f"embedding float[{int(identity.dim)}] distance_metric=cosine)")
+        self.set_meta(model_id=identity.model_id, model_variant=identity.variant, dimension=identity.dim)
+
+    def drop_vectors(self) -> None:
+        """Forget every vector and the pinned model (a model change means re-embedding all)."""
+        with self.transaction():
+            self.conn.execute("DROP TABLE IF EXISTS chunk_vec")
+            self.conn.execute("DELETE FROM meta WHERE key IN ('model_id', 'model_variant', 'dimension')")
+
+    # --- files --------------------------------------------------------------------------
+    def files(self) -> dict[str, FileRow]:
+        rows = self.conn.execute("SELECT id, path, size, mtime_ns, content_hash, kind, chunk_count, indexed_at, error FROM files")
+        return {row[1]: FileRow(*row) for row in rows}
+
+    def touch_file(self, file_id: int, size: int, mtime_ns: int) -> None:
+        self.conn.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE id = ?", (size, mtime_ns, file_id))
+
+    def _delete_chunks_of(self, file_ids: Sequence[int]) -> None:
+        if not file_ids:
+            return
+        marks = ",".join("?" * len(file_ids))
+        if self.has_vector_table():
+            self.conn.execute(f"DELETE FROM chunk_vec WHERE rowid IN (SELECT id FROM chunks WHERE file_id IN ({marks}))", file_ids)
+        self.conn.execute(f"DELETE FROM chunks WHERE file_id IN ({marks})", file_ids)
+
+    def write_file(self, path: str, size: int, mtime_ns: int, content_hash: str, kind: str,
+                   chunks: Sequence[Chunk], vectors: np.ndarray | None, error: str | None = None) -> None:
+        """Replace everything known about one file, atomically."""
+        with self.transaction():
+            row = self.conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
+            if row:
+                self._delete_chunks_of([row[0]])
+                self.conn.execute("UPDATE files SET size=?, mtime_ns=?, content_hash=?, kind=?, chunk_count=?, indexed_at=?, error=? WHERE id=?",
+                                  (size, mtime_ns, content_hash, kind, len(chunks), time.time(), error, row[0]))
+                file_id = row[0]
+            else:
+                file_id = self.conn.execute(
+                    "INSERT INTO files(path, size, mtime_ns, content_hash, kind, chunk_count, indexed_at, error) VALUES (?,?,?,?,?,?,?,?)",
+                    (path, size, mtime_ns, content_hash, kind, len(chunks), time.time(), error)).lastrowid
+            for ord_, chunk in enumerate(chunks):
+                chunk_id = self.conn.execute(
+                    "INSERT INTO chunks(file_id, ord, text, start_char, end_char, start_line, end_line, page, heading, content_hash) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?)",
+                    (file_id, ord_, chunk.text, chunk.start_char, chunk.end_char, chunk.start_line, chunk.end_line,
+                     chunk.page, chunk.heading, chunk.content_hash)).lastrowid
+                if vectors is not None:
+                    self.conn.execute("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)", (chunk_id, _blob(vectors[ord_])))
+
+    def delete_files(self, paths: Iterable[str]) -> int:
+        paths = list(paths)
+        with self.transaction():
+            for begin in range(0, len(paths), 500):
+                batch = paths[begin:begin + 500]
+                marks = ",".join("?" * len(batch))
+                ids = [r[0] for r in self.conn.execute(f"SELECT id FROM files WHERE path IN ({marks})", batch)]
+                self._delete_chunks_of(ids)
+                self.conn.execute(f"DELETE FROM files WHERE path IN ({marks})", batch)
+        return len(paths)
+
+    # --- vectors ------------------------------------------------------------------------
+    def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
+        """Existing vectors for chunk texts we have embedded before (moved or copied files)."""
+        if not self.has_vector_table():
+            return {}
+        owners: dict[int, str] = {}
+        hashes = list(set(hashes))
+        for begin in range(0, len(hashes), 500):
+            batch = hashes[begin:begin + 500]
+            marks = ",".join("?" * len(batch))
+            rows = self.conn.execute(f"SELECT MIN(id), content_hash FROM chunks WHERE content_hash IN ({marks}) "
+                                     f"GROUP BY content_hash", batch)
+            owners.update(rows)
+        vectors = self.vectors_for(list(owners))
+        return {owners[chunk_id]: vector for chunk_id, vector in vectors.items()}
+
+    def vectors_for(self, chunk_ids: Sequence[int]) -> dict[int, np.ndarray]:
+        if not chunk_ids or not self.has_vector_table():
+            return {}
+        marks = ",".join("?" * len(chunk_ids))
+        rows = self.conn.execute(f"SELECT rowid, embedding FROM chunk_vec WHERE rowid IN ({marks})", list(chunk_ids))
+        return {rowid: np.frombuffer(blob, dtype=np.float32) for rowid, blob in rows}
+
+    def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+        """(chunk id, cosine similarity), best first."""
+        rows = self.conn.execute("SELECT rowid, distance FROM chunk_vec WHERE embedding MATCH ? AND k = ?",
+                                 (_blob(query), min(k, VEC_MAX_K)))
+        return [(rowid, 1.0 - distance) for rowid, distance in rows]
+
+    # --- keywords -----------------------------------------------------------------------
+    def keyword(self, match: str, k: int) -> list[tuple[int, float]]:
+        """(chunk id, positive bm25 score), best first. `match` must already be safe FTS syntax."""
+        rows = self.conn.execute("SELECT rowid, -bm25(chunks_fts) AS score FROM chunks_fts WHERE chunks_fts MATCH ? "
+                                 "ORDER BY bm25(chunks_fts) LIMIT ?", (match, k))
+        return [(rowid, score) for rowid, score in rows]
+
+    def keyword_scores_for(self, match: str, chunk_ids: Sequence[int]) -> dict[int, float]:
+        if not chunk_ids:
+            return {}
+        marks = ",".join("?" * len(chunk_ids))
+        rows = self.conn.execute(f"SELECT rowid, -bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid IN ({marks})",
+                                 [match, *chunk_ids])
+        return dict(rows)
+
+    def optimize_fts(self) -> None:
+        self.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+
+    # --- reading ------------------------------------------------------------------------
+    def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRow]:
+        if not chunk_ids:
+            return {}
+        marks = ",".join("?" * len(chunk_ids))
+        rows = self.conn.execute(
+            f"SELECT c.id, f.path, f.kind, c.ord, c.text, c.start_line, c.end_line, c.page, c.heading, c.content_hash "
+            f"FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({marks})", list(chunk_ids))
+        return {row[0]: ChunkRow(*row) for row in rows}
+
+    def file_chunks(self, path: str) -> list[ChunkRow]:
+        rows = self.conn.execute(
+            "SELECT c.id, f.path, f.kind, c.ord, c.text, c.start_line, c.end_line, c.page, c.heading, c.content_hash "
+            "FROM chunks c JOIN files f ON f.id = c.file_id WHERE f.path = ? ORDER BY c.ord", (path,))
+        return [ChunkRow(*row) for row in rows]
+
+    def counts(self) -> dict[str, int]:
+        files, errors = self.conn.execute("SELECT COUNT(*), COUNT(error) FROM files").fetchone()
+        chunks = self.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        vectors = self.conn.execute("SELECT COUNT(*) FROM chunk_vec").fetchone()[0] if self.has_vector_table() else 0
+        fts = self.conn.execute("SELECT COUNT(*) FROM chunks_fts_docsize").fetchone()[0]
+        return {"files": files, "files_with_errors": errors, "chunks": chunks, "vectors": vectors, "fts_rows": fts}
+
+    def checkpoint(self) -> None:
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+
+def index_size_bytes(path: Path) -> int:
+    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists())
+
+
+@contextlib.contextmanager
+def writer_lock(index_path: Path, on_wait=None) -> Iterator[None]:
+    """One writer per index across processes; the kernel drops the lock if its holder dies."""
+    index_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(f"{index_path}.lock", "a+") as handle:
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            if on_wait:
+                on_wait()
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def remove_index(path: Path) -> bool:
+    """Delete an index file and its companions; True when something was removed.
+
+    The lock file stays: another process may be waiting on it.
+    """
+    removed = False
+    for candidate in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(candidate)
+            removed = True
+    return removed

@@ -1,0 +1,222 @@
+"""The `kb` verbs: one parser and one dispatch table serving both `hermes kb ...`
+and the `/kb ...` slash command, so the two can never drift apart.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from typing import Callable
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from agent.knowledgebase.config import ConfigError
+from agent.knowledgebase.embeddings import EmbeddingError
+from agent.knowledgebase.indexer import ModelMismatchError
+from agent.knowledgebase.retriever import MODES, SearchError
+from agent.knowledgebase.service import KnowledgeBase, KnowledgebaseError
+from agent.knowledgebase.store import StoreError
+
+USER_ERRORS = (ConfigError, KnowledgebaseError, SearchError, StoreError, EmbeddingError, ModelMismatchError)
+VERBS = ("index", "search", "status", "clear")
+
+
+class UsageError(Exception):
+    """Bad arguments to a kb verb; argparse would otherwise exit the whole REPL."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):
+        raise UsageError(f"{message}\n{self.format_usage().strip()}")
+
+    def exit(self, status: int = 0, message: str | None = None):
+        raise UsageError((message or "").strip() or self.format_help())
+
+
+def build_parser(prog: str = "hermes kb") -> argparse.ArgumentParser:
+    parser = _Parser(prog=prog, description="Index and search local knowledgebase directories.")
+    verbs = parser.add_subparsers(dest="verb", parser_class=_Parser)
+    index = verbs.add_parser("index", help="index configured directories, one of them, or any folder")
+    index.add_argument("target", nargs="?", help="directory name or path (default: every configured directory)")
+    index.add_argument("--full", action="store_true", help="re-chunk every file and re-embed on a model change")
+    search = verbs.add_parser("search", help="hybrid search over the indexes")
+    search.add_argument("query", nargs="+")
+    search.add_argument("-k", type=int, default=5, help="number of results (default 5)")
+    search.add_argument("--dir", dest="directory", help="only this directory (name or path)")
+    search.add_argument("--mode", choices=MODES, default="hybrid")
+    search.add_argument("--path", dest="path_glob", help="only files matching this glob, e.g. 'docs/*.md'")
+    search.add_argument("--kind", help="only this file kind, e.g. markdown, python, pdf")
+    status = verbs.add_parser("status", help="what is indexed, how big, and how stale")
+    status.add_argument("target", nargs="?")
+    clear = verbs.add_parser("clear", help="delete an index (the files themselves are untouched)")
+    clear.add_argument("target", nargs="?")
+    clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    for sub in (index, search, status, clear):
+        sub.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+class RichProgress:
+    """Files, chunks, rate and ETA on a terminal; nothing when output is piped."""
+
+    def __init__(self, console: Console):
+        self.console = console
+        self.progress: Progress | None = None
+        self.task = None
+        self.chunks = 0
+
+    def start(self, directory: str, total_files: int) -> None:
+        if not self.console.is_terminal or total_files == 0:
+            return
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TextColumn("files · {task.fields[chunks]} chunks · {task.fields[rate]}"),
+                                 TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=True)
+        self.progress.start()
+        self.task = self.progress.add_task(f"indexing {directory}", total=total_files, chunks=0, rate="")
+
+    def advance(self, files: int = 0, chunks: int = 0) -> None:
+        self.chunks += chunks
+        if self.progress is not None:
+            self.progress.update(self.task, advance=files, chunks=self.chunks)
+            task = self.progress.tasks[0]
+            if task.elapsed:
+                self.progress.update(self.task, rate=f"{task.completed / task.elapsed:.1f} files/s")
+
+    def note(self, text: str) -> None:
+        self.console.print(escape(text))
+
+    def finish(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
+
+
+def _emit_json(out: Console, data) -> None:
+    out.print_json(json.dumps(data, default=str)) if out.is_terminal else out.file.write(json.dumps(data, default=str) + "\n")
+
+
+def _index(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
+    summaries = kb.index(args.target, full=args.full, progress=lambda: RichProgress(err))
+    if args.json:
+        _emit_json(out, [s.to_dict() for s in summaries])
+        return 0
+    for s in summaries:
+        embedded = f"{s.chunks_embedded} chunks embedded, {s.chunks_reused} reused"
+        out.print(f"[bold]{escape(s.directory)}[/]: {s.added} added, {s.changed} changed, {s.removed} removed, "
+                  f"{s.unchanged} unchanged, {len(s.skipped)} skipped; {embedded}; {s.seconds:.2f} s")
+        for path, reason in s.skipped[:20]:
+            out.print(f"  skipped {escape(path)}: {escape(reason)}")
+        if len(s.skipped) > 20:
+            out.print(f"  ... and {len(s.skipped) - 20} more skipped (see --json)")
+    return 0
+
+
+def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
+    query = " ".join(args.query)
+    result = kb.search(query, k=args.k, directory=args.directory, mode=args.mode,
+                       path_glob=args.path_glob, kind=args.kind)
+    if args.json:
+        _emit_json(out, {"query": query, "hits": [h.to_dict() for h in result.hits], "warnings": result.warnings})
+        return 0
+    for warning in result.warnings:
+        err.print(f"[yellow]warning:[/] {escape(warning)}")
+    if not result.hits:
+        out.print("No results.")
+    for n, hit in enumerate(result.hits, 1):
+        page = f" page {hit.page}" if hit.page else ""
+        heading = f" — {escape(hit.heading)}" if hit.heading else ""
+        out.print(f"[bold cyan][S{n}][/] {escape(hit.directory)}:{escape(hit.path)}:{hit.start_line}-{hit.end_line}{page}"
+                  f"  [dim](score {hit.score:.3f}, {'+'.join(hit.found_by)})[/]{heading}")
+        snippet = " ".join(hit.text.split())
+        out.print("    " + escape(snippet[:300] + ("…" if len(snippet) > 300 else "")))
+    return 0
+
+
+def _human_size(size: int) -> str:
+    for unit in ("B", "KB", "MB", "GB"):
+        if size < 1024 or unit == "GB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return str(size)
+
+
+def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
+    rows = kb.status(args.target)
+    if args.json:
+        _emit_json(out, rows)
+        return 0
+    table = Table(title="Knowledgebase", title_justify="left")
+    for column in ("name", "files", "chunks", "last indexed", "size", "changed on disk", "model", "root"):
+        table.add_column(column)
+    for row in rows:
+        if not row["indexed"]:
+            table.add_row(row["name"], "-", "-", "never", "-", "-", "-", row["root"])
+            continue
+        table.add_row(row["name"], str(row["files"]), str(row["chunks"]), row["last_indexed"] or "never",
+                      _human_size(row["size_bytes"]), str(row["changed_on_disk"]), row["model"] or "-", row["root"])
+    out.print(table)
+    if rows:
+        out.print(f"SQLite driver: {rows[0]['driver']}")
+    for row in rows:
+        if row.get("vector_search", "ok") != "ok":
+            out.print(f"[yellow]warning:[/] {escape(row['vector_search'])}")
+    return 0
+
+
+def _clear(kb: KnowledgeBase, args, out: Console, err: Console, confirm: Callable[[str], bool]) -> int:
+    names = [d.name for d in kb.targets(args.target)]
+    if not args.yes and not confirm(f"Delete the index of {', '.join(names)}? Your files are not touched. [y/N] "):
+        out.print("Nothing cleared.")
+        return 1
+    cleared = kb.clear(args.target)
+    if args.json:
+        _emit_json(out, {"cleared": cleared})
+    else:
+        out.print(f"Cleared: {', '.join(cleared)}" if cleared else "Nothing to clear.")
+    return 0
+
+
+def _ask(prompt: str) -> bool:
+    if not sys.stdin.isatty():
+        return False
+    return input(prompt).strip().lower() in ("y", "yes")
+
+
+def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
+           confirm: Callable[[str], bool] = _ask, prog: str = "hermes kb") -> int:
+    """Parse and run one kb verb; every user error becomes one sentence and exit code 1 (2 for usage)."""
+    parser = build_parser(prog)
+    try:
+        args = parser.parse_args(argv)
+    except UsageError as exc:
+        err.print(escape(str(exc)))
+        return 2
+    if args.verb is None:
+        out.print(escape(parser.format_help()))
+        return 0 if not argv else 2
+    handlers = {"index": _index, "search": _search, "status": _status,
+                "clear": lambda kb, a, o, e: _clear(kb, a, o, e, confirm)}
+    try:
+        return handlers[args.verb](kb_factory(), args, out, err)
+    except USER_ERRORS as exc:
+        if getattr(args, "json", False):
+            _emit_json(out, {"error": str(exc)})
+        else:
+            err.print(f"[red]error:[/] {escape(str(exc))}")
+        return 1
+
+
+def run_slash_kb(line: str, kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
+                 confirm: Callable[[str], bool] = _ask) -> int:
+    """`/kb index docs` in the chat runs exactly what `hermes kb index docs` runs."""
+    try:
+        argv = shlex.split(line)
+    except ValueError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        return 2
+    return run_kb(argv, kb_factory, out, err, confirm, prog="/kb")
