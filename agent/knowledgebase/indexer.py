@@ -24,7 +24,7 @@ from .store import FileRow, IndexStore
 
 log = logging.getLogger(__name__)
 
-EMBED_BATCH_CHUNKS = 256  # chunks gathered across files before one embedding pass
+EMBED_BATCH_CHUNKS = 64  # chunks gathered across files per embedding pass and write burst
 
 
 class ModelMismatchError(RuntimeError):
@@ -115,17 +115,16 @@ class _Run:
         if not self.pending:
             return
         hashes = [c.content_hash for p in self.pending for c in p.chunks]
+        # The model check comes first: on a model change it drops every reusable vector.
+        embedder = self._embedder() if hashes else None
         known = self.store.vectors_by_hash(hashes) if hashes else {}
         texts: dict[str, str] = {}
         for item in self.pending:
             for chunk in item.chunks:
                 if chunk.content_hash not in known:
                     texts.setdefault(chunk.content_hash, chunk.embed_text)
-        if hashes:
-            embedder = self._embedder()
-            if texts:
-                vectors = embedder.embed_documents(list(texts.values()))
-                known.update(zip(texts.keys(), vectors))
+        if texts:
+            known.update(zip(texts.keys(), embedder.embed_documents(list(texts.values()))))
         self.summary.chunks_embedded += len(texts)
         self.summary.chunks_reused += len(hashes) - len(texts)
         for item in self.pending:

@@ -142,7 +142,11 @@ def _complete_scores(source: SearchSource, candidates: list[_Candidate], match: 
 
 
 def _fuse(candidates: list[_Candidate], options: SearchOptions) -> list[tuple[float, _Candidate]]:
-    top_bm25 = max((c.bm25 or 0.0 for c in candidates), default=0.0) or 1.0
+    # bm25 is normalised per index: IDF statistics differ between indexes (a tiny one
+    # has near-zero IDF everywhere), so raw scores only compare within one index.
+    top_bm25: dict[str, float] = {}
+    for candidate in candidates:
+        top_bm25[candidate.source.name] = max(top_bm25.get(candidate.source.name, 0.0), candidate.bm25 or 0.0)
     alpha = {"vector": 1.0, "keyword": 0.0}.get(options.mode, options.alpha)
     scored = []
     for candidate in candidates:
@@ -152,7 +156,7 @@ def _fuse(candidates: list[_Candidate], options: SearchOptions) -> list[tuple[fl
             score = sum(1.0 / (options.rrf_k + 1 + r) for r in ranks) * (options.rrf_k + 1) / 2
         else:
             cosine = max(candidate.cosine or 0.0, 0.0)
-            score = alpha * cosine + (1.0 - alpha) * (candidate.bm25 or 0.0) / top_bm25
+            score = alpha * cosine + (1.0 - alpha) * (candidate.bm25 or 0.0) / (top_bm25[candidate.source.name] or 1.0)
         scored.append((score, candidate))
     scored.sort(key=lambda pair: pair[0], reverse=True)
     return scored

@@ -59,6 +59,8 @@ class KnowledgeBase:
         self.config = config
         self.hermes_home = hermes_home
         self._embedder_factory = embedder_factory or (lambda: embeddings.create_embedder(config.embedding, hermes_home))
+        # What the configured model will be, known without loading it; an injected embedder must be asked.
+        self._expected_identity = None if embedder_factory else expected_identity(config.embedding)
         self._embedder: embeddings.Embedder | None = None
 
     # --- helpers --------------------------------------------------------------------------
@@ -109,7 +111,9 @@ class KnowledgeBase:
         indexed = store.model_identity()
         if indexed is None:
             return None
-        model_id, variant = expected_identity(self.config.embedding)
+        if self._expected_identity is None:
+            self._expected_identity = (self.embedder().identity.model_id, self.embedder().identity.variant)
+        model_id, variant = self._expected_identity
         if (indexed.model_id, indexed.variant) != (model_id, variant):
             return mismatch_message(directory.name, indexed, f"{model_id} ({variant})")
         if self._embedder is not None and self._embedder.identity != indexed:

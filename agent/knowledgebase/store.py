@@ -282,7 +282,8 @@ class IndexStore:
         """(chunk id, cosine similarity), best first."""
         rows = self.conn.execute("SELECT rowid, distance FROM chunk_vec WHERE embedding MATCH ? AND k = ?",
                                  (_blob(query), min(k, VEC_MAX_K)))
-        return [(rowid, 1.0 - distance) for rowid, distance in rows]
+        # A zero query vector has no cosine distance (NULL); it matches nothing.
+        return [(rowid, 1.0 - distance) for rowid, distance in rows if distance is not None]
 
     # --- keywords -----------------------------------------------------------------------
     def keyword(self, match: str, k: int) -> list[tuple[int, float]]:

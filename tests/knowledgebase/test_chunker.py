@@ -1,0 +1,76 @@
+import pytest
+
+from agent.knowledgebase.chunker import chunk_document, estimate_tokens
+from agent.knowledgebase.config import ChunkingConfig
+from agent.knowledgebase.loaders import Document
+
+PROSE = "\n\n".join(
+    " ".join(f"Sentence {p}.{s} talks about topic {p} with several plain words in it." for s in range(8))
+    for p in range(12)
+)
+
+
+def lines_of(text, chunk):
+    return text.splitlines()[chunk.start_line - 1:chunk.end_line]
+
+
+@pytest.mark.parametrize("kind", ["text", "markdown", "python"])
+def test_offsets_and_lines_point_back_into_the_source(kind):
+    text = PROSE if kind != "python" else "\n\n".join(f"def f{i}(x):\n    return x + {i}\n" * 3 for i in range(40))
+    chunks = chunk_document(Document(text, kind), "f.py", ChunkingConfig(80, 15))
+    assert len(chunks) > 3
+    for chunk in chunks:
+        assert text[chunk.start_char:chunk.end_char] == chunk.text
+        assert text.count("\n", 0, chunk.start_char) + 1 == chunk.start_line
+        assert text.count("\n", 0, chunk.end_char - 1) + 1 == chunk.end_line
+        body = "\n".join(lines_of(text, chunk))
+        assert chunk.text in body
+
+
+def test_prose_chunks_fit_and_overlap():
+    chunks = chunk_document(Document(PROSE, "text"), "a.txt", ChunkingConfig(80, 15))
+    assert all(estimate_tokens(c.text) <= 80 for c in chunks)
+    overlapping = sum(1 for a, b in zip(chunks, chunks[1:]) if b.start_char < a.end_char)
+    assert overlapping >= len(chunks) // 2
+    covered = set()
+    for c in chunks:
+        covered.update(range(c.start_char, c.end_char))
+    assert all(i in covered for i, ch in enumerate(PROSE) if not ch.isspace())
+
+
+def test_markdown_headings_paths_and_fences():
+    fence = "```python\n" + "\n".join(f"value_{i} = compute({i})  # step" for i in range(40)) + "\n```\n"
+    text = ("# Guide\n\nIntro paragraph about the guide.\n\n## Install\n\n" + "Install words here. " * 40 +
+            "\n\n### Linux\n\n" + fence + "\nAfter the fence.\n\n## Usage\n\n| a | b |\n|---|---|\n| 1 | 2 |\n")
+    chunks = chunk_document(Document(text, "markdown"), "g.md", ChunkingConfig(60, 10))
+    headings = [c.heading for c in chunks]
+    assert "Guide > Install > Linux" in headings and "Guide > Usage" in headings
+    fence_start, fence_end = text.index("```python"), text.index("```\n", text.index("```python") + 3) + 3
+    holders = [c for c in chunks if c.start_char <= fence_start < c.end_char]
+    assert len(holders) == 1 and holders[0].end_char >= fence_end  # never split inside the fence
+    for chunk in chunks:
+        assert not (fence_start < chunk.start_char < fence_end)
+    table = [c for c in chunks if "| 1 | 2 |" in c.text]
+    assert table and table[0].heading == "Guide > Usage" and "## Usage" in table[0].text
+
+
+def test_code_chunks_carry_context_line():
+    body = "\n".join(f"        total += {i}" for i in range(60))
+    text = f"import os\n\n\nclass Ledger:\n    def add(self):\n        total = 0\n{body}\n        return total\n\n\ndef helper():\n    return 1\n"
+    chunks = chunk_document(Document(text, "python"), "ledger.py", ChunkingConfig(80, 10))
+    assert any(c.heading == "# file: ledger.py | class: Ledger | def: add" for c in chunks)
+    assert chunks[-1].heading == "# file: ledger.py | def: helper"
+    assert chunks[-1].text.startswith("def helper")
+    assert chunks[0].embed_text.startswith("# file: ledger.py")
+
+
+def test_pages_are_recorded():
+    pages = ["Page one text. " * 30, "Page two text. " * 30]
+    text = "".join(p + "\n\n" for p in pages)
+    document = Document(text, "pdf", (0, len(pages[0]) + 2))
+    chunks = chunk_document(document, "a.pdf", ChunkingConfig(40, 5))
+    assert chunks[0].page == 1 and chunks[-1].page == 2
+
+
+def test_empty_document_has_no_chunks():
+    assert chunk_document(Document("  \n\n", "text"), "e.txt", ChunkingConfig()) == []

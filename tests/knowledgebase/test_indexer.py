@@ -1,0 +1,168 @@
+import os
+import time
+
+import pytest
+
+from agent.knowledgebase.indexer import ModelMismatchError
+from agent.knowledgebase.store import IndexStore
+
+from ..conftest import StubEmbedder
+
+NOTES = {
+    "deploy.md": "# Deployment\n\nWe deploy with blue green releases on port 4271 every Tuesday.\n",
+    "cooking.md": "# Cooking\n\nA risotto needs patience, stock and constant stirring.\n",
+    "code/app.py": "def launch_rocket(fuel):\n    return fuel * 2\n",
+}
+
+
+def store_rows(kb, name="docs", terms=("risotto", "pancakes", "4271")):
+    directory = kb.targets(name)[0]
+    with IndexStore(kb.index_path(directory), create=False) as store:
+        conn = store.conn
+        return {
+            "files": sorted(r[0] for r in conn.execute("SELECT path FROM files")),
+            "chunks": conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0],
+            "fts": conn.execute("SELECT COUNT(*) FROM chunks_fts_docsize").fetchone()[0],
+            "vec": conn.execute("SELECT COUNT(*) FROM chunk_vec").fetchone()[0],
+            "fts_hits": {term: conn.execute("SELECT COUNT(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (term,)).fetchone()[0]
+                         for term in terms},
+        }
+
+
+def test_index_then_unchanged_rescan_embeds_nothing(tree, make_kb, stub_embedder):
+    kb = make_kb(tree(NOTES))
+    first = kb.index()[0]
+    assert (first.added, first.changed, first.removed) == (3, 0, 0)
+    calls = len(stub_embedder.calls)
+    second = kb.index()[0]
+    assert (second.added, second.changed, second.unchanged, second.chunks_embedded) == (0, 0, 3, 0)
+    assert len(stub_embedder.calls) == calls
+
+
+def test_keyword_search_finds_exact_number(tree, make_kb):
+    kb = make_kb(tree(NOTES))
+    kb.index()
+    hits = kb.search("4271", mode="keyword").hits
+    assert hits and hits[0].path == "deploy.md" and hits[0].found_by == ["keyword"]
+
+
+@pytest.mark.parametrize("query", ['"unbalanced', "AND OR NOT", "risotto AND (stock", "stir* NEAR(a b)", "col:umn ^x -y +z", "()"])
+def test_hostile_queries_do_not_raise(tree, make_kb, query):
+    kb = make_kb(tree(NOTES))
+    kb.index()
+    for mode in ("keyword", "hybrid", "vector"):
+        kb.search(query, mode=mode)
+
+
+def test_editing_a_file_replaces_only_its_chunks(tree, make_kb, stub_embedder):
+    root = tree(NOTES)
+    kb = make_kb(root)
+    kb.index()
+    time.sleep(0.01)
+    (root / "cooking.md").write_text("# Cooking\n\nPancakes need flour, eggs and milk.\n")
+    summary = kb.index()[0]
+    assert (summary.changed, summary.unchanged) == (1, 2)
+    assert summary.chunks_embedded == 1
+    rows = store_rows(kb)
+    assert rows["fts_hits"]["risotto"] == 0 and rows["fts_hits"]["pancakes"] == 1
+    assert rows["chunks"] == rows["fts"] == rows["vec"] == 3
+    assert [h.path for h in kb.search("pancakes flour", mode="keyword").hits] == ["cooking.md"]
+
+
+def test_touch_without_change_rehashes_but_does_not_rechunk(tree, make_kb, stub_embedder):
+    root = tree(NOTES)
+    kb = make_kb(root)
+    kb.index()
+    os.utime(root / "deploy.md", ns=(time.time_ns(), time.time_ns() + 10**9))
+    summary = kb.index()[0]
+    assert summary.changed == 0 and summary.unchanged == 3 and summary.chunks_embedded == 0
+
+
+def test_deleting_a_file_removes_rows_from_chunks_fts_and_vectors(tree, make_kb):
+    root = tree(NOTES)
+    kb = make_kb(root)
+    kb.index()
+    before = store_rows(kb)
+    (root / "deploy.md").unlink()
+    summary = kb.index()[0]
+    after = store_rows(kb)
+    assert summary.removed == 1 and "deploy.md" not in after["files"]
+    assert after["chunks"] == after["fts"] == after["vec"] == before["chunks"] - 1
+    assert after["fts_hits"]["4271"] == 0
+    assert all(h.path != "deploy.md" for h in kb.search("deploy 4271").hits)
+
+
+def test_rename_embeds_nothing_new(tree, make_kb, stub_embedder):
+    root = tree(NOTES)
+    kb = make_kb(root)
+    kb.index()
+    (root / "deploy.md").rename(root / "releases.md")
+    summary = kb.index()[0]
+    assert (summary.added, summary.removed, summary.chunks_embedded, summary.chunks_reused) == (1, 1, 0, 1)
+    assert kb.search("4271", mode="keyword").hits[0].path == "releases.md"
+
+
+def test_binary_oversized_and_corrupt_pdf_are_skipped_while_rest_indexes(tree, make_kb):
+    root = tree({**NOTES, "image.dat": b"\x00\x01\x02binary", "huge.txt": "x " * 4000,
+                 "broken.pdf": b"%PDF-1.7 garbage that is not a pdf"})
+    kb = make_kb(root, max_file_bytes=5000)
+    summary = kb.index()[0]
+    reasons = dict(summary.skipped)
+    assert reasons["image.dat"] == "binary file"
+    assert reasons["huge.txt"].startswith("larger than max_file_bytes")
+    assert "PDF" in reasons["broken.pdf"]
+    assert summary.added == 3
+    assert sorted(h.path for h in kb.search("risotto stock", mode="keyword").hits) == ["cooking.md"]
+    again = kb.index()[0]
+    assert dict(again.skipped)["broken.pdf"] == reasons["broken.pdf"] and again.chunks_embedded == 0
+
+
+def test_model_mismatch_refuses_vector_search_keeps_keyword(tree, make_kb, hermes_home):
+    root = tree(NOTES)
+    make_kb(root).index()
+    other = make_kb(root, embedder=StubEmbedder(dim=32, model_id="other-model"))
+    # The configured backend (local MiniLM) differs from the stub the index was built with.
+    with pytest.raises(Exception) as error:
+        other.search("blue green", mode="vector")
+    message = str(error.value)
+    assert "was built with stub" in message and "hermes kb index docs --full" in message
+    assert "keyword search still works" in message
+    result = other.search("blue green deploy", mode="hybrid")
+    assert result.hits[0].path == "deploy.md" and any("--full" in w for w in result.warnings)
+    assert other.search("4271", mode="keyword").hits[0].path == "deploy.md"
+    with pytest.raises(ModelMismatchError):
+        (root / "new.md").write_text("new file")
+        other.index()
+    rebuilt = other.index(full=True)[0]
+    assert rebuilt.chunks_embedded == 4
+
+
+def test_search_filters_and_union_of_directories(tree, make_kb, tmp_path):
+    notes = tree(NOTES)
+    other = tree({"ops.md": "# Ops\n\nThe pager rotation covers port 4271 alerts.\n"}, root=tmp_path / "ops")
+    kb = make_kb(notes, other)
+    kb.index()
+    both = kb.search("4271", mode="keyword").hits
+    assert {h.directory for h in both} == {"docs", "ops"}
+    assert [h.directory for h in kb.search("4271", mode="keyword", directory="ops").hits] == ["ops"]
+    assert [h.path for h in kb.search("fuel", kind="python").hits] == ["code/app.py"]
+    assert all(h.path.startswith("code/") for h in kb.search("fuel rocket", path_glob="code/*").hits)
+
+
+def test_overlapping_chunks_of_one_file_collapse(tree, make_kb):
+    text = " ".join(f"Alpha beta gamma sentence number {i}." for i in range(200))
+    kb = make_kb(tree({"long.txt": text}), chunk_size=60, chunk_overlap=20)
+    kb.index()
+    hits = kb.search("alpha beta gamma", k=50).hits
+    ranges = [(h.start_line, h.end_line, h.text) for h in hits]
+    for i, a in enumerate(hits):
+        for b in hits[i + 1:]:
+            assert a.path != b.path or a.text not in b.text
+    assert len(ranges) >= 1
+
+
+def test_empty_query_is_a_clear_error(tree, make_kb):
+    kb = make_kb(tree(NOTES))
+    kb.index()
+    with pytest.raises(Exception, match="empty"):
+        kb.search("   ")
