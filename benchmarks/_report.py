@@ -1,0 +1,37 @@
+"""Shared by the benchmarks: machine line, table printing, appending to docs/benchmarks.md."""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+
+
+def machine() -> str:
+    return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
+
+
+def report(title: str, columns: list[str], rows: list[list[object]], command: str | None = None,
+           write: bool = True) -> None:
+    """Print a table and append it, with the machine and the command, to docs/benchmarks.md."""
+    table = Table(title=title, title_justify="left")
+    for column in columns:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*(str(v) for v in row))
+    Console().print(table)
+    if not write:
+        return
+    command = command or "python " + " ".join(sys.argv)
+    lines = [f"\n### {title}\n", f"{time.strftime('%Y-%m-%d')} · {machine()} · `{command}`\n",
+             "| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+    with open(DOCS, "a", encoding="utf-8") as handle:
+        handle.write("\n".join(lines) + "\n")
