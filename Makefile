@@ -15,7 +15,8 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 demo: install
-	HERMES_HOME=$(DEMO_HOME) $(BIN)/hermes kb index $(CURDIR)
+	HERMES_HOME=$(DEMO_HOME) $(BIN)/hermes kb index $(CURDIR)/docs
+	HERMES_HOME=$(DEMO_HOME) $(BIN)/hermes kb index $(CURDIR)/agent
 	HERMES_HOME=$(DEMO_HOME) $(BIN)/hermes kb search "how does hybrid search combine vector and keyword scores" -k 3
 	HERMES_HOME=$(DEMO_HOME) $(BIN)/hermes kb search "writer_lock" -k 3
 	HERMES_HOME=$(DEMO_HOME) $(BIN)/hermes kb status

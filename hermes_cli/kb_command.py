@@ -158,7 +158,8 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
             table.add_row(row["name"], "-", "-", "never", "-", "-", "-", row["root"])
             continue
         table.add_row(row["name"], str(row["files"]), str(row["chunks"]), row["last_indexed"] or "never",
-                      _human_size(row["size_bytes"]), str(row["changed_on_disk"]), row["model"] or "-", row["root"])
+                      _human_size(row["size_bytes"]), str(row["changed_on_disk"]),
+                      (row["model"] or "-").rsplit("/", 1)[-1], row["root"])
     out.print(table)
     if rows:
         out.print(f"SQLite driver: {rows[0]['driver']}")
