@@ -15,14 +15,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from agent.knowledgebase.config import ConfigError
-from agent.knowledgebase.embeddings import EmbeddingError
-from agent.knowledgebase.indexer import ModelMismatchError
-from agent.knowledgebase.retriever import MODES, SearchError
-from agent.knowledgebase.service import KnowledgeBase, KnowledgebaseError
-from agent.knowledgebase.store import StoreError
-
-USER_ERRORS = (ConfigError, KnowledgebaseError, SearchError, StoreError, EmbeddingError, ModelMismatchError)
+from agent.knowledgebase.retriever import MODES
+from agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
 VERBS = ("index", "search", "status", "clear")
 
 
@@ -97,7 +91,11 @@ class RichProgress:
 
 
 def _emit_json(out: Console, data) -> None:
-    out.print_json(json.dumps(data, default=str)) if out.is_terminal else out.file.write(json.dumps(data, default=str) + "\n")
+    text = json.dumps(data, default=str)
+    if out.is_terminal:
+        out.print_json(text)
+    else:
+        out.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
 
 
 def _index(kb: KnowledgeBase, args, out: Console, err: Console) -> int:

@@ -78,10 +78,25 @@ class SearchResult:
     warnings: list[str] = field(default_factory=list)
 
 
+# Function words carry no topic: left in an OR query they make every chunk a keyword hit.
+STOPWORDS = frozenset("""
+a about above after again all am an and any are as at be because been before being below between both but by
+can could did do does doing down during each few for from further had has have having he her here hers him his
+how i if in into is it its itself just me more most my no nor not now of off on once only or other our ours out
+over own same she should so some such than that the their theirs them then there these they this those through
+to too under until up very was we were what when where which while who whom why will with would you your yours
+s t d ll m re ve
+""".split())
+
+
 def fts_query(query: str) -> str | None:
-    """Every term quoted and OR-ed: user punctuation, AND, NEAR or `*` are never FTS syntax."""
+    """Every term quoted and OR-ed: user punctuation, AND, NEAR or `*` are never FTS syntax.
+
+    Stopwords are dropped unless nothing else is left ("to be or not to be").
+    """
     terms = list(dict.fromkeys(t.lower() for t in _TERM.findall(query)))
-    return " OR ".join(f'"{t}"' for t in terms) if terms else None
+    content = [t for t in terms if t not in STOPWORDS] or terms
+    return " OR ".join(f'"{t}"' for t in content) if content else None
 
 
 @dataclass

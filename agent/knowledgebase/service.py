@@ -16,8 +16,9 @@ from typing import Callable
 
 from . import embeddings
 from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig
-from .indexer import IndexSummary, NullProgress, Progress, index_directory, mismatch_message
-from .retriever import SearchOptions, SearchResult, SearchSource, search
+from .embeddings import EmbeddingError
+from .indexer import IndexSummary, ModelMismatchError, NullProgress, Progress, index_directory, mismatch_message
+from .retriever import SearchError, SearchOptions, SearchResult, SearchSource, search
 from .scanner import scan
 from .store import IndexStore, StoreError, driver_description, index_size_bytes, remove_index, writer_lock
 
@@ -26,6 +27,10 @@ log = logging.getLogger(__name__)
 
 class KnowledgebaseError(RuntimeError):
     """An operation the user asked for cannot be done; the message says why."""
+
+
+# Everything a user (or a model's tool call) can cause: shown as one sentence, never a traceback.
+USER_ERRORS = (ConfigError, KnowledgebaseError, SearchError, StoreError, EmbeddingError, ModelMismatchError)
 
 
 def expected_identity(config: embeddings.EmbeddingConfig) -> tuple[str, str]:

@@ -1,0 +1,178 @@
+"""`hermes chat`: the REPL, or one question with -q.
+
+Wires the pieces together: the model client from `model:` in config.yaml,
+the kb tools, the auto-retrieval hook, slash commands, and a background sync
+of changed files at start-up.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from rich.console import Console
+from rich.markup import escape
+
+from agent.hooks import PRE_LLM_CALL, HookRegistry
+from agent.knowledgebase.config import ConfigError, KnowledgebaseConfig, expand
+from agent.knowledgebase.context import AutoRetriever
+from agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
+from agent.llm import LLMClient, LLMConfig, LLMError
+from agent.loop import ChatSession
+from tools.knowledgebase_tool import register_knowledgebase_tools
+from tools.registry import ToolRegistry
+
+from . import config as hermes_config
+from .commands import CommandRegistry, SlashCommand
+from .kb_command import VERBS, run_slash_kb
+
+log = logging.getLogger(__name__)
+DEFAULT_BASE_URL = "https://api.openai.com/v1"
+DEFAULT_MODEL = "gpt-4o-mini"
+
+
+def llm_config(section: object, base_url: str | None, model: str | None) -> LLMConfig:
+    """`model:` in config.yaml: base_url, name, api_key_env; the key comes from the environment or .env."""
+    section = section or {}
+    if not isinstance(section, dict):
+        raise ConfigError("model must be a mapping with base_url, name and api_key_env.")
+    url = base_url or section.get("base_url") or DEFAULT_BASE_URL
+    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
+        raise ConfigError("model.base_url must be an http:// or https:// URL.")
+    key_env = section.get("api_key_env", "OPENAI_API_KEY")
+    return LLMConfig(base_url=expand(url), model=model or section.get("name") or DEFAULT_MODEL,
+                     api_key=os.environ.get(str(key_env)) or None)
+
+
+@dataclass
+class ChatRuntime:
+    session: ChatSession
+    commands: CommandRegistry
+    retriever: AutoRetriever | None
+    kb: KnowledgeBase
+
+
+def _start_background_sync(kb: KnowledgeBase, config: KnowledgebaseConfig) -> None:
+    """Re-index what changed since last time without holding up the first prompt."""
+    def sync() -> None:
+        try:
+            for summary in kb.index():
+                log.info("startup sync of %s: %d added, %d changed, %d removed", summary.directory,
+                         summary.added, summary.changed, summary.removed)
+        except USER_ERRORS as exc:
+            log.warning("startup sync skipped: %s", exc)
+    if config.enabled and config.reindex_on_change and config.directories:
+        threading.Thread(target=sync, name="kb-startup-sync", daemon=True).start()
+
+
+def build_runtime(out: Console, err: Console, llm: LLMClient, auto_retrieve: bool = True,
+                  confirm: Callable[[str], bool] | None = None) -> ChatRuntime:
+    kb_config = hermes_config.load_kb_config()
+    home = hermes_config.hermes_home()
+    kb = KnowledgeBase(kb_config, home)  # one per chat: the embedding model loads once
+    tools = ToolRegistry()
+    register_knowledgebase_tools(tools, lambda: kb, lambda: kb_config)
+    hooks = HookRegistry()
+    retriever = None
+    if kb_config.enabled and auto_retrieve:
+        retriever = AutoRetriever(kb, kb_config)
+        hooks.register(PRE_LLM_CALL, lambda user_message, previous_user_message:
+                       (block := retriever.block_for(user_message, previous_user_message)) and block.text)
+    session = ChatSession(llm, tools, hooks)
+    commands = CommandRegistry()
+
+    def kb_command(rest: str) -> bool:
+        kwargs = {"confirm": confirm} if confirm else {}
+        run_slash_kb(rest, lambda: kb, out, err, **kwargs)
+        return True
+
+    def help_command(rest: str) -> bool:
+        out.print(escape(commands.help_text()))
+        return True
+
+    def new_command(rest: str) -> bool:
+        session.reset()
+        if retriever:
+            retriever.injected.clear()
+        out.print("Started a new conversation.")
+        return True
+
+    commands.register(SlashCommand("kb", "knowledgebase: index, search, status, clear", kb_command,
+                                   "index|search|status|clear ...", VERBS))
+    commands.register(SlashCommand("help", "list commands", help_command))
+    commands.register(SlashCommand("new", "start a new conversation", new_command))
+    commands.register(SlashCommand("quit", "leave the chat", lambda rest: False))
+    commands.register(SlashCommand("exit", "leave the chat", lambda rest: False))
+    return ChatRuntime(session, commands, retriever, kb)
+
+
+def _answer(runtime: ChatRuntime, question: str, out: Console, err: Console) -> bool:
+    def on_token(token: str) -> None:
+        out.file.write(token)
+        out.file.flush()
+
+    def on_tool(name: str, arguments: str, result: str) -> None:
+        err.print(f"[dim]→ {escape(name)}({escape(arguments[:120])})[/]")
+
+    try:
+        runtime.session.ask(question, on_token=on_token, on_tool=on_tool)
+    except LLMError as exc:
+        err.print(f"[red]error:[/] {escape(str(exc))}")
+        return False
+    out.file.write("\n")
+    out.file.flush()
+    return True
+
+
+def run_chat(argv: list[str], out: Console, err: Console) -> int:
+    parser = argparse.ArgumentParser(prog="hermes chat", description="Chat with the agent.")
+    parser.add_argument("-q", "--query", help="ask one question, print the answer and exit")
+    parser.add_argument("--model", help="model name (default: model.name in config.yaml)")
+    parser.add_argument("--base-url", help="OpenAI-compatible endpoint (default: model.base_url)")
+    parser.add_argument("--no-auto-retrieve", action="store_true", help="do not inject knowledgebase context")
+    args = parser.parse_args(argv)
+    llm = LLMClient(llm_config(hermes_config.load_config().get("model"), args.base_url, args.model))
+    runtime = build_runtime(out, err, llm, auto_retrieve=not args.no_auto_retrieve)
+    home = hermes_config.hermes_home()
+    if args.query:
+        return 0 if _answer(runtime, args.query, out, err) else 1
+    _start_background_sync(runtime.kb, runtime.kb.config)
+    transcript = home / "sessions" / time.strftime("%Y%m%d-%H%M%S.json")
+    read = _line_reader(runtime, home)
+    out.print("Hermes chat. /help lists commands, /quit leaves.", markup=False)
+    while True:
+        try:
+            line = read()
+        except (EOFError, KeyboardInterrupt):
+            break
+        if not line.strip():
+            continue
+        if runtime.commands.is_command(line):
+            if not runtime.commands.dispatch(line, lambda name: err.print(
+                    f"Unknown command /{escape(name)}. /help lists the commands.")):
+                break
+            continue
+        if _answer(runtime, line, out, err):
+            runtime.session.save(transcript)
+    if runtime.retriever:
+        runtime.retriever.close()
+    return 0
+
+
+def _line_reader(runtime: ChatRuntime, home) -> Callable[[], str]:
+    """prompt_toolkit with history and completion on a terminal; plain lines when piped."""
+    if not sys.stdin.isatty():
+        return input
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.history import FileHistory
+
+    home.mkdir(parents=True, exist_ok=True)
+    prompt = PromptSession(history=FileHistory(str(home / "chat_history")), completer=runtime.commands.completer(),
+                           complete_while_typing=False)
+    return lambda: prompt.prompt("you> ")
