@@ -16,8 +16,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from agent.knowledgebase.retriever import MODES
-from agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
-VERBS = ("index", "search", "status", "clear")
+from agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
+VERBS = ("index", "search", "status", "clear", "eval")
 
 
 class UsageError(Exception):
@@ -50,7 +50,11 @@ def build_parser(prog: str = "hermes kb") -> argparse.ArgumentParser:
     clear = verbs.add_parser("clear", help="delete an index (the files themselves are untouched)")
     clear.add_argument("target", nargs="?")
     clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
-    for sub in (index, search, status, clear):
+    evaluate = verbs.add_parser("eval", help="measure retrieval quality on a BEIR-layout dataset folder")
+    evaluate.add_argument("dataset", help="folder with corpus.jsonl, queries.jsonl and qrels/<split>.tsv")
+    evaluate.add_argument("--split", default="test", help="qrels split to evaluate (default test)")
+    evaluate.add_argument("--limit", type=int, help="only the first N queries, over a small corpus (smoke run)")
+    for sub in (index, search, status, clear, evaluate):
         sub.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
@@ -180,6 +184,40 @@ def _clear(kb: KnowledgeBase, args, out: Console, err: Console, confirm: Callabl
     return 0
 
 
+def evaluation_rows(report) -> list[list[object]]:
+    return [[s.name, *(f"{s.metrics[m]:.4f}" for m in ("ndcg@10", "recall@10", "recall@100", "mrr@10")),
+             f"{s.p50_ms:.1f}", f"{s.p95_ms:.1f}"] for s in report.systems]
+
+
+EVALUATION_COLUMNS = ["system", "nDCG@10", "R@10", "R@100", "MRR@10", "p50 ms", "p95 ms"]
+
+
+def _eval(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
+    from pathlib import Path
+
+    try:
+        from agent.knowledgebase.evaluation import EvaluationError, evaluate
+    except ImportError:
+        err.print("error: evaluation needs ranx: pip install 'hermes-knowledgebase[eval]'")
+        return 1
+    try:
+        report = evaluate(Path(args.dataset), kb.config, kb.hermes_home, split=args.split, limit=args.limit,
+                          on_progress=lambda message: err.print(f"[dim]{escape(message)}[/]"))
+    except EvaluationError as exc:
+        raise KnowledgebaseError(str(exc)) from None
+    if args.json:
+        _emit_json(out, report.to_dict())
+        return 0
+    table = Table(title=f"{report.dataset} ({report.split}): {report.queries} queries, {report.documents} documents, "
+                        f"{report.chunks} chunks; index {report.index_seconds:.1f} s", title_justify="left")
+    for column in EVALUATION_COLUMNS:
+        table.add_column(column)
+    for row in evaluation_rows(report):
+        table.add_row(*row)
+    out.print(table)
+    return 0
+
+
 def _ask(prompt: str) -> bool:
     if not sys.stdin.isatty():
         return False
@@ -198,7 +236,7 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
     if args.verb is None:
         out.print(escape(parser.format_help()))
         return 0 if not argv else 2
-    handlers = {"index": _index, "search": _search, "status": _status,
+    handlers = {"index": _index, "search": _search, "status": _status, "eval": _eval,
                 "clear": lambda kb, a, o, e: _clear(kb, a, o, e, confirm)}
     try:
         return handlers[args.verb](kb_factory(), args, out, err)
