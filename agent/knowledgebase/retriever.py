@@ -21,6 +21,7 @@ from .store import IndexStore, VEC_MAX_K
 log = logging.getLogger(__name__)
 
 MODES = ("hybrid", "vector", "keyword")
+KEYWORD_SCORE_DEPTH = 1000  # bm25 past this rank counts as 0 when completing a vector hit's scores
 _TERM = re.compile(r"\w+", re.UNICODE)
 
 
@@ -129,31 +130,31 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
             for rank, (chunk_id, cosine) in enumerate(source.store.knn(vector, pool)):
                 by_id[chunk_id] = _Candidate(source, chunk_id, cosine=cosine, found_by=["vector"], vector_rank=rank)
         if use_keyword:
-            for rank, (chunk_id, score) in enumerate(source.store.keyword(match, pool)):
+            # One FTS pass ranks deeper than the pool: the rows past the pool are not candidates,
+            # but they give vector candidates their bm25 without a second MATCH.
+            keyword_scores = source.store.keyword(match, max(pool, KEYWORD_SCORE_DEPTH))
+            for rank, (chunk_id, score) in enumerate(keyword_scores[:pool]):
                 candidate = by_id.setdefault(chunk_id, _Candidate(source, chunk_id))
                 candidate.bm25, candidate.keyword_rank = score, rank
                 candidate.found_by.append("keyword")
-        if options.mode == "hybrid":
-            _complete_scores(source, list(by_id.values()), match, vector if vector_ok else None)
+            if options.mode == "hybrid":
+                deeper = dict(keyword_scores)
+                for candidate in by_id.values():
+                    if candidate.bm25 is None:
+                        candidate.bm25 = deeper.get(candidate.chunk_id, 0.0)
+        if options.mode == "hybrid" and vector_ok:
+            _complete_cosines(source, list(by_id.values()), vector)
         candidates.extend(by_id.values())
     return candidates
 
 
-def _complete_scores(source: SearchSource, candidates: list[_Candidate], match: str | None,
-                     vector: np.ndarray | None) -> None:
-    missing_cosine = [c.chunk_id for c in candidates if c.cosine is None]
-    if vector is not None and missing_cosine:
-        stored = source.store.vectors_for(missing_cosine)
-        for candidate in candidates:
-            if candidate.chunk_id in stored:
-                # Elementwise product, not a BLAS call: BLAS threads would fight onnxruntime's.
-                candidate.cosine = float((stored[candidate.chunk_id] * vector).sum())
-    missing_bm25 = [c.chunk_id for c in candidates if c.bm25 is None]
-    if match and missing_bm25:
-        scores = source.store.keyword_scores_for(match, missing_bm25)
-        for candidate in candidates:
-            if candidate.bm25 is None:
-                candidate.bm25 = scores.get(candidate.chunk_id, 0.0)
+def _complete_cosines(source: SearchSource, candidates: list[_Candidate], vector: np.ndarray) -> None:
+    missing = [c.chunk_id for c in candidates if c.cosine is None]
+    stored = source.store.vectors_for(missing) if missing else {}
+    for candidate in candidates:
+        if candidate.chunk_id in stored:
+            # Elementwise product, not a BLAS call: BLAS threads would fight onnxruntime's.
+            candidate.cosine = float((stored[candidate.chunk_id] * vector).sum())
 
 
 def _fuse(candidates: list[_Candidate], options: SearchOptions) -> list[tuple[float, _Candidate]]:

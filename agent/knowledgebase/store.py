@@ -292,14 +292,6 @@ class IndexStore:
                                  "ORDER BY bm25(chunks_fts) LIMIT ?", (match, k))
         return [(rowid, score) for rowid, score in rows]
 
-    def keyword_scores_for(self, match: str, chunk_ids: Sequence[int]) -> dict[int, float]:
-        if not chunk_ids:
-            return {}
-        marks = ",".join("?" * len(chunk_ids))
-        rows = self.conn.execute(f"SELECT rowid, -bm25(chunks_fts) FROM chunks_fts WHERE chunks_fts MATCH ? AND rowid IN ({marks})",
-                                 [match, *chunk_ids])
-        return dict(rows)
-
     def optimize_fts(self) -> None:
         self.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
 
