@@ -23,6 +23,7 @@ from agent.hooks import PRE_LLM_CALL, HookRegistry
 from agent.knowledgebase.config import ConfigError, KnowledgebaseConfig, expand
 from agent.knowledgebase.context import AutoRetriever
 from agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
+from agent.knowledgebase.watcher import KnowledgebaseWatcher
 from agent.llm import LLMClient, LLMConfig, LLMError
 from agent.loop import ChatSession
 from tools.knowledgebase_tool import register_knowledgebase_tools
@@ -58,8 +59,11 @@ class ChatRuntime:
     kb: KnowledgeBase
 
 
-def _start_background_sync(kb: KnowledgeBase, config: KnowledgebaseConfig) -> None:
-    """Re-index what changed since last time without holding up the first prompt."""
+def _start_freshness(kb: KnowledgeBase, config: KnowledgebaseConfig) -> KnowledgebaseWatcher | None:
+    """Start-up sync and the optional watcher, both off the prompt's path."""
+    if not (config.enabled and config.directories):
+        return None
+
     def sync() -> None:
         try:
             for summary in kb.index():
@@ -67,8 +71,13 @@ def _start_background_sync(kb: KnowledgeBase, config: KnowledgebaseConfig) -> No
                          summary.added, summary.changed, summary.removed)
         except USER_ERRORS as exc:
             log.warning("startup sync skipped: %s", exc)
-    if config.enabled and config.reindex_on_change and config.directories:
+    if config.reindex_on_change:
         threading.Thread(target=sync, name="kb-startup-sync", daemon=True).start()
+    if not config.watch_for_changes:
+        return None
+    watcher = KnowledgebaseWatcher(kb, list(config.directories), debounce_s=config.watch_debounce_s)
+    watcher.start()
+    return watcher
 
 
 def build_runtime(out: Console, err: Console, llm: LLMClient, auto_retrieve: bool = True,
@@ -142,7 +151,7 @@ def run_chat(argv: list[str], out: Console, err: Console) -> int:
     home = hermes_config.hermes_home()
     if args.query:
         return 0 if _answer(runtime, args.query, out, err) else 1
-    _start_background_sync(runtime.kb, runtime.kb.config)
+    watcher = _start_freshness(runtime.kb, runtime.kb.config)
     transcript = home / "sessions" / time.strftime("%Y%m%d-%H%M%S.json")
     read = _line_reader(runtime, home)
     out.print("Hermes chat. /help lists commands, /quit leaves.", markup=False)
@@ -162,6 +171,8 @@ def run_chat(argv: list[str], out: Console, err: Console) -> int:
             runtime.session.save(transcript)
     if runtime.retriever:
         runtime.retriever.close()
+    if watcher:
+        watcher.stop()
     return 0
 
 

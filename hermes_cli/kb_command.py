@@ -8,6 +8,7 @@ import argparse
 import json
 import shlex
 import sys
+import time
 from typing import Callable
 
 from rich.console import Console
@@ -50,11 +51,14 @@ def build_parser(prog: str = "hermes kb") -> argparse.ArgumentParser:
     clear = verbs.add_parser("clear", help="delete an index (the files themselves are untouched)")
     clear.add_argument("target", nargs="?")
     clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    watch = verbs.add_parser("watch", help="stay in the foreground, re-indexing files as they change")
+    watch.add_argument("target", nargs="?", help="directory name or path (default: every configured directory)")
+    watch.add_argument("--debounce", type=float, help="seconds of quiet before a sync (default: watch_debounce_s)")
     evaluate = verbs.add_parser("eval", help="measure retrieval quality on a BEIR-layout dataset folder")
     evaluate.add_argument("dataset", help="folder with corpus.jsonl, queries.jsonl and qrels/<split>.tsv")
     evaluate.add_argument("--split", default="test", help="qrels split to evaluate (default test)")
     evaluate.add_argument("--limit", type=int, help="only the first N queries, over a small corpus (smoke run)")
-    for sub in (index, search, status, clear, evaluate):
+    for sub in (index, search, status, clear, watch, evaluate):
         sub.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
@@ -184,6 +188,37 @@ def _clear(kb: KnowledgeBase, args, out: Console, err: Console, confirm: Callabl
     return 0
 
 
+def _watch(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
+    import threading
+
+    from agent.knowledgebase.watcher import KnowledgebaseWatcher
+
+    directories = kb.targets(args.target)
+    for summary in kb.index(args.target, progress=lambda: RichProgress(err)):
+        _print_sync(summary, out, args.json)
+    watcher = KnowledgebaseWatcher(kb, directories, debounce_s=args.debounce or kb.config.watch_debounce_s,
+                                   on_sync=lambda summary: _print_sync(summary, out, args.json),
+                                   on_error=lambda message: err.print(f"[red]error:[/] {escape(message)}"))
+    watcher.start()
+    if not args.json:
+        out.print(f"Watching {', '.join(d.name for d in directories)}; Ctrl-C stops.")
+    try:
+        threading.Event().wait()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        watcher.stop()
+    return 0
+
+
+def _print_sync(summary, out: Console, as_json: bool) -> None:
+    if as_json:
+        _emit_json(out, summary.to_dict())
+    elif summary.added or summary.changed or summary.removed or not summary.unchanged:
+        out.print(f"{time.strftime('%H:%M:%S')} [bold]{escape(summary.directory)}[/]: {summary.added} added, "
+                  f"{summary.changed} changed, {summary.removed} removed ({summary.seconds:.2f} s)")
+
+
 def evaluation_rows(report) -> list[list[object]]:
     return [[s.name, *(f"{s.metrics[m]:.4f}" for m in ("ndcg@10", "recall@10", "recall@100", "mrr@10")),
              f"{s.p50_ms:.1f}", f"{s.p95_ms:.1f}"] for s in report.systems]
@@ -225,7 +260,7 @@ def _ask(prompt: str) -> bool:
 
 
 def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
-           confirm: Callable[[str], bool] = _ask, prog: str = "hermes kb") -> int:
+           confirm: Callable[[str], bool] = _ask, prog: str = "hermes kb", foreground: bool = True) -> int:
     """Parse and run one kb verb; every user error becomes one sentence and exit code 1 (2 for usage)."""
     parser = build_parser(prog)
     try:
@@ -236,7 +271,10 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
     if args.verb is None:
         out.print(escape(parser.format_help()))
         return 0 if not argv else 2
-    handlers = {"index": _index, "search": _search, "status": _status, "eval": _eval,
+    if args.verb == "watch" and not foreground:
+        err.print("In the chat, set knowledgebase.watch_for_changes: true to keep indexes fresh while you talk.")
+        return 1
+    handlers = {"index": _index, "search": _search, "status": _status, "eval": _eval, "watch": _watch,
                 "clear": lambda kb, a, o, e: _clear(kb, a, o, e, confirm)}
     try:
         return handlers[args.verb](kb_factory(), args, out, err)
@@ -256,4 +294,4 @@ def run_slash_kb(line: str, kb_factory: Callable[[], KnowledgeBase], out: Consol
     except ValueError as exc:
         err.print(f"[red]error:[/] {escape(str(exc))}")
         return 2
-    return run_kb(argv, kb_factory, out, err, confirm, prog="/kb")
+    return run_kb(argv, kb_factory, out, err, confirm, prog="/kb", foreground=False)

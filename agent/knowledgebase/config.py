@@ -79,6 +79,7 @@ class KnowledgebaseConfig:
     auto_retrieve: bool = True
     reindex_on_change: bool = True
     watch_for_changes: bool = False
+    watch_debounce_s: float = 2.0
     max_file_bytes: int = 5_000_000
 
     def directory(self, name_or_path: str) -> DirectoryConfig | None:
@@ -157,6 +158,7 @@ _SCALARS: dict[str, Callable[[str, Any], Any]] = {
     "auto_retrieve": _bool,
     "reindex_on_change": _bool,
     "watch_for_changes": _bool,
+    "watch_debounce_s": _number(float, 0.05, 600.0),
     "max_file_bytes": _number(int, 1),
     "exclude": _globs,
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import os
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
@@ -68,6 +69,7 @@ class Hit:
     found_by: list[str]
     chunk_id: int
     content_hash: str
+    stale: bool = False  # the file changed on disk after it was indexed
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -210,6 +212,9 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
                 continue
             if options.path_glob and not fnmatch.fnmatch(row.path, options.path_glob):
                 continue
+            freshness = _freshness(f"{candidate.source.root}/{row.path}", row)
+            if freshness == "gone":
+                continue  # deleted since it was indexed: never a ghost result
             taken = spans.setdefault((candidate.source.name, row.path), [])
             if any(s <= row.end_line and row.start_line <= e for s, e in taken):
                 continue  # an overlapping chunk of this file already ranks higher
@@ -225,10 +230,20 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
                 vector_score=None if candidate.cosine is None else round(candidate.cosine, 4),
                 keyword_score=None if candidate.bm25 is None else round(candidate.bm25, 4),
                 found_by=candidate.found_by, chunk_id=candidate.chunk_id, content_hash=row.content_hash,
+                stale=freshness == "stale",
             ))
         if len(kept) >= options.k or (window and window[-1][0] < options.min_score):
             break
     return _finish(result, kept)
+
+
+def _freshness(path: str, row) -> str:
+    """One stat per returned hit: "fresh", "stale" (size or mtime moved) or "gone"."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return "gone"
+    return "fresh" if (st.st_size, st.st_mtime_ns) == (row.file_size, row.file_mtime_ns) else "stale"
 
 
 def _finish(result: SearchResult, hits: list[Hit]) -> SearchResult:

@@ -7,6 +7,7 @@ keyword search never pay for it).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
@@ -20,9 +21,19 @@ from .embeddings import EmbeddingError
 from .indexer import IndexSummary, ModelMismatchError, NullProgress, Progress, index_directory, mismatch_message
 from .retriever import SearchError, SearchOptions, SearchResult, SearchSource, search
 from .scanner import scan
-from .store import IndexStore, StoreError, driver_description, index_size_bytes, remove_index, writer_lock
+from .store import IndexBusy, IndexStore, StoreError, driver_description, index_size_bytes, remove_index, writer_lock
 
 log = logging.getLogger(__name__)
+
+
+INLINE_REFRESH_BYTES = 256_000  # a changed file this small is re-indexed before its hit is returned
+
+
+def _small_file(path: str) -> bool:
+    try:
+        return os.path.getsize(path) <= INLINE_REFRESH_BYTES
+    except OSError:
+        return False
 
 
 class KnowledgebaseError(RuntimeError):
@@ -127,14 +138,16 @@ class KnowledgeBase:
 
     # --- operations -----------------------------------------------------------------------
     def index(self, target: str | None = None, full: bool = False,
-              progress: Callable[[], Progress] | None = None) -> list[IndexSummary]:
+              progress: Callable[[], Progress] | None = None, wait: bool = True) -> list[IndexSummary]:
+        """Sync directories; with wait=False a directory another process is indexing raises IndexBusy."""
         summaries = []
         for directory in self.targets(target):
             if not directory.path.is_dir():
                 raise KnowledgebaseError(f"Directory {directory.path} ({directory.name}) does not exist.")
             path = self.index_path(directory)
             reporter = progress() if progress else NullProgress()
-            with writer_lock(path, on_wait=lambda: reporter.note(f"Waiting for another process indexing {directory.name}...")):
+            with writer_lock(path, wait=wait,
+                             on_wait=lambda: reporter.note(f"Waiting for another process indexing {directory.name}...")):
                 with IndexStore(path) as store:
                     summaries.append(index_directory(directory, self.config, store, self.embedder, reporter, full))
         return summaries
@@ -142,17 +155,36 @@ class KnowledgeBase:
     def search(self, query: str, k: int = 10, directory: str | None = None, mode: str = "hybrid",
                path_glob: str | None = None, kind: str | None = None, max_tokens: int | None = None,
                min_score: float | None = None) -> SearchResult:
-        sources, stores = [], []
-        try:
+        """Search; hits from small files that changed since indexing are re-indexed and searched again."""
+        arguments = dict(query=query, k=k, directory=directory, mode=mode, path_glob=path_glob, kind=kind,
+                         max_tokens=max_tokens, min_score=min_score)
+        result = self._search(**arguments)
+        stale = {(h.directory, h.abs_path) for h in result.hits if h.stale}
+        refreshable = {name for name, path in stale if _small_file(path)}
+        if not refreshable:
+            return result
+        for target in self.targets(directory):
+            if target.name in refreshable:
+                try:
+                    self.index(str(target.path), wait=False)
+                except IndexBusy:
+                    log.info("%s is being indexed elsewhere; returning its changed hits flagged stale", target.name)
+        return self._search(**arguments)
+
+    def _search(self, query: str, k: int, directory: str | None, mode: str, path_glob: str | None,
+                kind: str | None, max_tokens: int | None, min_score: float | None) -> SearchResult:
+        sources = []
+        with contextlib.ExitStack() as stack:
             for target in self.targets(directory):
                 path = self.index_path(target)
                 if not path.exists():
                     if directory is not None:
                         raise KnowledgebaseError(f"{target.name} is not indexed yet; run `hermes kb index {directory}`.")
                     continue
-                store = IndexStore(path, create=False)
-                stores.append(store)
-                sources.append(SearchSource(target.name, str(target.path), store, self._refusal(target, store)))
+                store = stack.enter_context(IndexStore(path, create=False))
+                refusal = self._refusal(target, store)
+                stack.enter_context(store.snapshot())
+                sources.append(SearchSource(target.name, str(target.path), store, refusal))
             if not sources:
                 raise KnowledgebaseError("Nothing is indexed yet; run `hermes kb index` first.")
             options = SearchOptions(
@@ -160,9 +192,6 @@ class KnowledgeBase:
                 min_score=self.config.min_score if min_score is None else min_score,
                 max_tokens=max_tokens, path_glob=path_glob, kind=kind)
             return search(sources, query, lambda: self.embedder().embed_query(query), options)
-        finally:
-            for store in stores:
-                store.close()
 
     def read(self, path: str, start_line: int = 1, max_lines: int = 80) -> ReadResult:
         """A window of a file inside a configured directory; nothing outside them, links included."""

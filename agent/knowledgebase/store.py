@@ -123,6 +123,12 @@ class ChunkRow:
     page: int | None
     heading: str
     content_hash: str
+    file_size: int
+    file_mtime_ns: int
+
+
+_CHUNK_COLUMNS = ("c.id, f.path, f.kind, c.ord, c.text, c.start_line, c.end_line, c.page, c.heading, c.content_hash, "
+                  "f.size, f.mtime_ns")
 
 
 def _blob(vector: np.ndarray) -> bytes:
@@ -171,6 +177,15 @@ class IndexStore:
             self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
+
+    @contextlib.contextmanager
+    def snapshot(self) -> Iterator[None]:
+        """One consistent view for several reads: a writer committing meanwhile is not seen halfway."""
+        self.conn.execute("BEGIN")
+        try:
+            yield
+        finally:
+            self.conn.execute("COMMIT")
 
     # --- meta ---------------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
@@ -301,14 +316,12 @@ class IndexStore:
             return {}
         marks = ",".join("?" * len(chunk_ids))
         rows = self.conn.execute(
-            f"SELECT c.id, f.path, f.kind, c.ord, c.text, c.start_line, c.end_line, c.page, c.heading, c.content_hash "
-            f"FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({marks})", list(chunk_ids))
+            f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({marks})", list(chunk_ids))
         return {row[0]: ChunkRow(*row) for row in rows}
 
     def file_chunks(self, path: str) -> list[ChunkRow]:
         rows = self.conn.execute(
-            "SELECT c.id, f.path, f.kind, c.ord, c.text, c.start_line, c.end_line, c.page, c.heading, c.content_hash "
-            "FROM chunks c JOIN files f ON f.id = c.file_id WHERE f.path = ? ORDER BY c.ord", (path,))
+            f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN files f ON f.id = c.file_id WHERE f.path = ? ORDER BY c.ord", (path,))
         return [ChunkRow(*row) for row in rows]
 
     def counts(self) -> dict[str, int]:
@@ -326,14 +339,20 @@ def index_size_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists())
 
 
+class IndexBusy(RuntimeError):
+    """Another process holds the writer lock and the caller chose not to wait."""
+
+
 @contextlib.contextmanager
-def writer_lock(index_path: Path, on_wait=None) -> Iterator[None]:
+def writer_lock(index_path: Path, on_wait=None, wait: bool = True) -> Iterator[None]:
     """One writer per index across processes; the kernel drops the lock if its holder dies."""
     index_path.parent.mkdir(parents=True, exist_ok=True)
     with open(f"{index_path}.lock", "a+") as handle:
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
+            if not wait:
+                raise IndexBusy(f"{index_path} is being indexed by another process.") from None
             if on_wait:
                 on_wait()
             fcntl.flock(handle, fcntl.LOCK_EX)

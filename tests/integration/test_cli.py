@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from ..helpers_index import index_contents
+
 pytestmark = pytest.mark.integration
 HERMES = [sys.executable, "-m", "hermes_cli.main"]
 REPO = Path(__file__).resolve().parents[2]
@@ -22,23 +24,6 @@ def hermes(*args, home: Path, check=True, **kwargs) -> subprocess.CompletedProce
     if check:
         assert result.returncode == 0, result.stderr
     return result
-
-
-def index_contents(index: Path) -> dict:
-    import sqlean  # the same bundled SQLite the product uses when sqlite3 cannot load extensions
-
-    conn = sqlean.connect(str(index))
-    conn.enable_load_extension(True)
-    import sqlite_vec
-
-    sqlite_vec.load(conn)
-    chunks = sorted(conn.execute("SELECT f.path, c.ord, c.text, c.start_line, c.end_line, c.content_hash "
-                                 "FROM chunks c JOIN files f ON f.id = c.file_id"))
-    files = sorted(conn.execute("SELECT path, content_hash, chunk_count FROM files"))
-    counts = [conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("chunks", "chunks_fts_docsize", "chunk_vec")]
-    orphans = conn.execute("SELECT COUNT(*) FROM chunk_vec WHERE rowid NOT IN (SELECT id FROM chunks)").fetchone()[0]
-    conn.close()
-    return {"chunks": chunks, "files": files, "counts": counts, "orphans": orphans}
 
 
 def test_index_search_status_clear_json(tmp_path):
