@@ -134,7 +134,8 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
         if use_keyword:
             # One FTS pass ranks deeper than the pool: the rows past the pool are not candidates,
             # but they give vector candidates their bm25 without a second MATCH.
-            keyword_scores = source.store.keyword(match, max(pool, KEYWORD_SCORE_DEPTH))
+            depth = max(pool, KEYWORD_SCORE_DEPTH) if options.mode == "hybrid" else pool
+            keyword_scores = source.store.keyword(match, depth)
             for rank, (chunk_id, score) in enumerate(keyword_scores[:pool]):
                 candidate = by_id.setdefault(chunk_id, _Candidate(source, chunk_id))
                 candidate.bm25, candidate.keyword_rank = score, rank
