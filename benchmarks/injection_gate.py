@@ -4,8 +4,11 @@ For every SciFact query of a split, the top hit the chat hook would see
 (default hybrid search, k = max_context_chunks) is relevant or not; for every
 off-topic question in benchmarks/data/offtopic_questions.txt (things a coding
 agent's user asks that this corpus cannot answer) any injection is a false
-one. For each threshold: precision of injected top hits, injection rate, and
-false injection rate. The chosen threshold is then confirmed through the real
+one. The gate compares `context.confidence` (best score plus its lead over the
+best other file) with the threshold. For each threshold: precision of injected
+top hits, injection rate, and false injection rate. The smallest threshold
+whose train precision is at least 0.90 (the 0.85 target plus a safety margin)
+and whose false injection rate is at most 5% is chosen. The chosen threshold is then confirmed through the real
 AutoRetriever on the test split.
 
     python benchmarks/injection_gate.py                 # choose on train, confirm on test
@@ -25,22 +28,23 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
-from agent.knowledgebase.context import AutoRetriever  # noqa: E402
+from agent.knowledgebase.context import AutoRetriever, confidence  # noqa: E402
 from agent.knowledgebase.evaluation import load_dataset, workspace  # noqa: E402
 from agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from benchmarks._report import report  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 
 OFFTOPIC = Path(__file__).resolve().parent / "data" / "offtopic_questions.txt"
-GRID = [round(0.30 + 0.025 * i, 3) for i in range(21)]
-TARGET_PRECISION, MAX_FALSE_RATE = 0.85, 0.05
+GRID = [round(0.50 + 0.05 * i, 3) for i in range(21)]
+TARGET_PRECISION, SAFETY_MARGIN, MAX_FALSE_RATE = 0.85, 0.05, 0.05
 
 
 def top_scores(kb: KnowledgeBase, questions: list[str], k: int) -> list[tuple[float, str | None]]:
+    """The gate's confidence and the top hit's path, searched exactly as AutoRetriever searches."""
     rows = []
     for question in questions:
         hits = kb.search(question, k=k).hits
-        rows.append((hits[0].score, hits[0].path) if hits else (0.0, None))
+        rows.append((confidence(hits), hits[0].path) if hits else (0.0, None))
     return rows
 
 
@@ -74,11 +78,13 @@ def main() -> None:
         kb.index()
         by_name = {v: k for k, v in names.items()}
         relevant = [{by_name[d] for d in dataset.qrels[q]} for q in dataset.queries]
-        on_topic = top_scores(kb, list(dataset.queries.values()), config.max_context_chunks)
-        off = top_scores(kb, offtopic, config.max_context_chunks)
+        on_topic = top_scores(kb, list(dataset.queries.values()), config.max_context_chunks + 1)
+        off = top_scores(kb, offtopic, config.max_context_chunks + 1)
         tables[split] = (gate_table(on_topic, relevant, off), kb, dataset, relevant)
     train = tables["train"][0]
-    chosen = next((t for t, precision, rate, false in train if precision >= TARGET_PRECISION and false <= MAX_FALSE_RATE),
+    # Train precision must clear the target with a margin, so the choice holds on unseen queries.
+    chosen = next((t for t, precision, rate, false in train
+                   if precision >= TARGET_PRECISION + SAFETY_MARGIN and false <= MAX_FALSE_RATE),
                   GRID[-1])
     rows = [[t, f"{p_tr:.3f}", f"{r_tr:.3f}", f"{p_te:.3f}", f"{r_te:.3f}", f"{f_te:.3f}", "◀" if t == chosen else ""]
             for (t, p_tr, r_tr, _), (_, p_te, r_te, f_te) in zip(train, tables["test"][0])]

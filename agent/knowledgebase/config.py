@@ -73,7 +73,7 @@ class KnowledgebaseConfig:
     fusion: str = "weighted"
     rrf_k: int = 60
     min_score: float = 0.05
-    relevance_threshold: float = 0.55
+    relevance_threshold: float = 0.95  # on context.confidence; calibrated by benchmarks/injection_gate.py
     max_context_chunks: int = 4
     max_context_tokens: int = 1200
     auto_retrieve: bool = True
@@ -152,7 +152,7 @@ _SCALARS: dict[str, Callable[[str, Any], Any]] = {
     "fusion": _choice(FUSIONS),
     "rrf_k": _number(int, 1),
     "min_score": _number(float, 0.0, 1.0),
-    "relevance_threshold": _number(float, 0.0, 1.0),
+    "relevance_threshold": _number(float, 0.0, 2.0),
     "max_context_chunks": _number(int, 0),
     "max_context_tokens": _number(int, 0),
     "auto_retrieve": _bool,

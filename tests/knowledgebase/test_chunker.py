@@ -74,3 +74,13 @@ def test_pages_are_recorded():
 
 def test_empty_document_has_no_chunks():
     assert chunk_document(Document("  \n\n", "text"), "e.txt", ChunkingConfig()) == []
+
+
+def test_plain_text_title_heads_every_chunk():
+    text = "Ribosome assembly in yeast\n\n" + " ".join(f"Finding {i} about ribosomes and yeast cells." for i in range(80))
+    chunks = chunk_document(Document(text, "text"), "paper.txt", ChunkingConfig(60, 10))
+    assert len(chunks) > 3 and all(c.heading == "Ribosome assembly in yeast" for c in chunks)
+    assert chunks[-1].embed_text.startswith("Ribosome assembly in yeast\n")
+    untitled = chunk_document(Document("no title here, just a long first line that keeps going. " * 10, "text"), "x.txt",
+                              ChunkingConfig(60, 10))
+    assert all(c.heading == "" for c in untitled)

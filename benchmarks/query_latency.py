@@ -1,0 +1,124 @@
+"""Warm query latency at 10k / 100k chunks, beside an exact numpy baseline in the same run.
+
+Large indexes are synthetic but shaped like real ones: texts and vectors are
+real SciFact chunks (taken from the evaluation index that
+benchmarks/retrieval.py builds), repeated with small Gaussian noise on the
+vectors, so both FTS statistics and vector neighbourhoods look like a real
+corpus. Queries are SciFact test claims, embedded by the real model, and the
+timings include that embedding.
+
+    python benchmarks/query_latency.py --sizes 10000,100000
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent.knowledgebase.chunker import Chunk  # noqa: E402
+from agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
+from agent.knowledgebase.evaluation import load_dataset, workspace  # noqa: E402
+from agent.knowledgebase.service import KnowledgeBase  # noqa: E402
+from agent.knowledgebase.store import IndexStore, index_size_bytes  # noqa: E402
+from benchmarks._report import report  # noqa: E402
+from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
+
+CHUNKS_PER_FILE = 50
+
+
+def real_chunks(home: Path) -> tuple[list[str], np.ndarray]:
+    dataset = load_dataset(DEFAULT_DATASET, "test")
+    _, config = workspace(dataset, parse_knowledgebase({}), home)
+    kb = KnowledgeBase(config, home)
+    kb.index()
+    with IndexStore(kb.index_path(config.directories[0]), create=False) as store:
+        rows = store.conn.execute("SELECT id, text FROM chunks ORDER BY id").fetchall()
+        vectors = store.vectors_for([r[0] for r in rows])
+    return [r[1] for r in rows], np.stack([vectors[r[0]] for r in rows])
+
+
+def build(root: Path, size: int, texts: list[str], vectors: np.ndarray, rng) -> tuple[KnowledgeBase, np.ndarray]:
+    """Write `size` chunks straight through the store (the indexer would only re-embed them)."""
+    root.mkdir(parents=True)
+    config = parse_knowledgebase({"directories": [str(root)]})
+    kb = KnowledgeBase(config, root.parent / "home")
+    matrix = np.empty((size, vectors.shape[1]), dtype=np.float32)
+    with IndexStore(kb.index_path(config.directories[0])) as store:
+        store.pin_model(kb.embedder().identity)
+        for file_no in range(size // CHUNKS_PER_FILE):
+            chunks, block = [], []
+            for j in range(CHUNKS_PER_FILE):
+                i = file_no * CHUNKS_PER_FILE + j
+                base = i % len(texts)
+                chunks.append(Chunk(texts[base], 0, len(texts[base]), j + 1, j + 1, None, ""))
+                noisy = vectors[base] + rng.normal(0, 0.02, vectors.shape[1]).astype(np.float32)
+                block.append(noisy / np.linalg.norm(noisy))
+            matrix[file_no * CHUNKS_PER_FILE:(file_no + 1) * CHUNKS_PER_FILE] = block
+            path = f"f{file_no:06}.txt"
+            (root / path).write_text("synthetic")
+            stat = (root / path).stat()
+            store.write_file(path, stat.st_size, stat.st_mtime_ns, f"h{file_no}", "text", chunks, np.stack(block))
+        store.optimize_fts()
+        store.checkpoint()
+    return kb, matrix
+
+
+def percentile(values: list[float], q: float) -> float:
+    return sorted(values)[min(len(values) - 1, int(q * len(values)))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--sizes", default="10000,100000")
+    parser.add_argument("--queries", type=int, default=100)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    home = Path(os.environ.get("HERMES_HOME", Path.home() / ".hermes")).expanduser()
+    texts, vectors = real_chunks(home)
+    queries = list(load_dataset(DEFAULT_DATASET, "test").queries.values())[: args.queries]
+    rng = np.random.default_rng(7)
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for size in (int(s) for s in args.sizes.split(",")):
+            kb, matrix = build(Path(scratch) / f"n{size}", size, texts, vectors, rng)
+            embedder = kb.embedder()
+            for query in queries[:5]:  # warm caches and the model
+                kb.search(query, k=10)
+            timings: dict[str, list[float]] = {"keyword": [], "vector": [], "hybrid": [], "numpy exact": []}
+            recall = []
+            for query in queries:
+                for mode in ("keyword", "vector", "hybrid"):
+                    started = time.perf_counter()
+                    hits = kb.search(query, k=10, mode=mode).hits
+                    timings[mode].append((time.perf_counter() - started) * 1000)
+                    if mode == "vector":
+                        found = {(h.path, h.start_line) for h in hits}
+                started = time.perf_counter()
+                q = embedder.embed_query(query)
+                top = np.argpartition(-(matrix @ q), 10)[:10]
+                timings["numpy exact"].append((time.perf_counter() - started) * 1000)
+                exact = {(f"f{i // CHUNKS_PER_FILE:06}.txt", i % CHUNKS_PER_FILE + 1) for i in top}
+                recall.append(len(found & exact) / 10)
+            size_mb = index_size_bytes(kb.index_path(kb.config.directories[0])) / 1e6
+            baseline = statistics.median(timings["numpy exact"])
+            for mode, values in timings.items():
+                p50 = statistics.median(values)
+                rows.append([f"{size:,}", mode, f"{p50:.1f}", f"{percentile(values, 0.95):.1f}", f"{p50 / baseline:.1f}x",
+                             f"{statistics.mean(recall):.3f}" if mode == "vector" else "",
+                             f"{size_mb / size * 1e6 / 1024:.1f} KB" if mode == "keyword" else ""])
+    report("Warm query latency, embedding included (k=10)",
+           ["chunks", "search", "p50 ms", "p95 ms", "vs numpy exact", "recall@10 vs exact", "index bytes/chunk"],
+           rows, write=not args.no_write)
+
+
+if __name__ == "__main__":
+    main()
