@@ -55,7 +55,7 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(norms, 1e-12)
 
 
-def _package_file(package: str, relative: str) -> Path | None:
+def package_file(package: str, relative: str) -> Path | None:
     """Locate a file inside an installed package without importing it."""
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
@@ -79,7 +79,7 @@ def pip_model_dir(hermes_home: Path) -> Path | None:
     write ourselves; a marker records which model file was verified so later
     loads skip re-hashing 23 MB.
     """
-    model, tokenizer = _package_file(*PIP_MODEL), _package_file(*PIP_TOKENIZER)
+    model, tokenizer = package_file(*PIP_MODEL), package_file(*PIP_TOKENIZER)
     if model is None or tokenizer is None:
         return None
     folder = hermes_home / "knowledgebase" / "models" / "all-MiniLM-L6-v2-onnx-int8"

@@ -50,8 +50,8 @@ def expected_identity(config: embeddings.EmbeddingConfig) -> tuple[str, str]:
         return config.model, config.backend
     if config.model_path:
         return config.model, "custom"
-    if config.model == "sentence-transformers/all-MiniLM-L6-v2" and embeddings._package_file(*embeddings.PIP_MODEL) \
-            and embeddings._package_file(*embeddings.PIP_TOKENIZER):
+    if config.model == "sentence-transformers/all-MiniLM-L6-v2" and embeddings.package_file(*embeddings.PIP_MODEL) \
+            and embeddings.package_file(*embeddings.PIP_TOKENIZER):
         return config.model, "onnx-int8"
     return config.model, "fastembed-download"
 
