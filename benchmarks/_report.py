@@ -1,4 +1,4 @@
-"""Shared by the benchmarks: machine line, table printing, appending to docs/benchmarks.md."""
+"""Shared by the benchmarks: a synthetic notes tree, the machine line, tables appended to docs/benchmarks.md."""
 
 from __future__ import annotations
 
@@ -12,6 +12,15 @@ from rich.console import Console
 from rich.table import Table
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+
+
+def write_notes(root: Path, count: int, folders: int = 100) -> Path:
+    """`count` small Markdown notes spread over `folders` sub-folders, as a rescan or watch target."""
+    for i in range(count):
+        folder = root / f"d{i % folders:03}"
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / f"n{i:06}.md").write_text(f"# Note {i}\n\nFile {i} talks about subject {i % 97}.\n")
+    return root
 
 
 def machine() -> str:

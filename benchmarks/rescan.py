@@ -16,7 +16,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from agent.knowledgebase.service import KnowledgeBase  # noqa: E402
-from benchmarks._report import report  # noqa: E402
+from benchmarks._report import report, write_notes  # noqa: E402
 
 
 def main() -> None:
@@ -26,11 +26,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        root = Path(scratch) / "tree"
-        for i in range(args.files):
-            folder = root / f"d{i % 50:02}"
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"n{i:06}.md").write_text(f"# Note {i}\n\nFile {i} talks about subject {i % 97}.\n")
+        root = write_notes(Path(scratch) / "tree", args.files)
         kb = KnowledgeBase(parse_knowledgebase({"directories": [str(root)]}), Path(scratch) / "home")
         first = kb.index()[0]
         timings, embedded = [], 0

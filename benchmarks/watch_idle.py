@@ -15,7 +15,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._report import report  # noqa: E402
+from benchmarks._report import report, write_notes  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,11 +33,7 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
-        root = Path(scratch) / "tree"
-        for i in range(args.files):
-            folder = root / f"d{i % 100:02}"
-            folder.mkdir(parents=True, exist_ok=True)
-            (folder / f"n{i:06}.md").write_text(f"# Note {i}\n\nFile {i} is about subject {i % 97}.\n")
+        root = write_notes(Path(scratch) / "tree", args.files)
         env = {**os.environ, "HERMES_HOME": str(Path(scratch) / "home")}
         hermes = [sys.executable, "-m", "hermes_cli.main", "kb"]
         subprocess.run([*hermes, "index", str(root)], env=env, cwd=REPO, check=True, capture_output=True)
