@@ -220,7 +220,9 @@ def _print_sync(summary, out: Console, as_json: bool) -> None:
 
 
 def evaluation_rows(report) -> list[list[object]]:
-    return [[s.name, *(f"{s.metrics[m]:.4f}" for m in ("ndcg@10", "recall@10", "recall@100", "mrr@10")),
+    from agent.knowledgebase.evaluation import METRICS
+
+    return [[s.name, *(f"{s.metrics[m]:.4f}" for m in METRICS),
              f"{s.p50_ms:.1f}", f"{s.p95_ms:.1f}"] for s in report.systems]
 
 

@@ -319,11 +319,6 @@ class IndexStore:
             f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({marks})", list(chunk_ids))
         return {row[0]: ChunkRow(*row) for row in rows}
 
-    def file_chunks(self, path: str) -> list[ChunkRow]:
-        rows = self.conn.execute(
-            f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN files f ON f.id = c.file_id WHERE f.path = ? ORDER BY c.ord", (path,))
-        return [ChunkRow(*row) for row in rows]
-
     def counts(self) -> dict[str, int]:
         files, errors = self.conn.execute("SELECT COUNT(*), COUNT(error) FROM files").fetchone()
         chunks = self.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
