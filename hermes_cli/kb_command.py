@@ -172,6 +172,9 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     for row in rows:
         if row.get("vector_search", "ok") != "ok":
             out.print(f"[yellow]warning:[/] {escape(row['vector_search'])}")
+        elif row.get("vector_cache") == "stale" and row.get("vectors"):
+            out.print(f"note: {escape(row['name'])}'s vector cache is behind its index, so vector search scans "
+                      f"sqlite-vec (slower) until `hermes kb index {escape(row['name'])}` rebuilds it.")
     return 0
 
 

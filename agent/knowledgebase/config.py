@@ -73,6 +73,7 @@ class KnowledgebaseConfig:
     fusion: str = "weighted"
     rrf_k: int = 60
     min_score: float = 0.05
+    keyword_row_budget: int | None = 5000  # rows FTS5 may score per query; None never drops query words
     relevance_threshold: float = 0.95  # on context.confidence; calibrated by benchmarks/injection_gate.py
     max_context_chunks: int = 4
     max_context_tokens: int = 1200
@@ -128,6 +129,10 @@ def _number(kind: type, low: float | None = None, high: float | None = None) -> 
     return check
 
 
+def _optional(check: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
+    return lambda key, value: None if value is None else check(key, value)
+
+
 def _choice(options: tuple[str, ...]) -> Callable[[str, Any], str]:
     def check(key: str, value: Any) -> str:
         if value not in options:
@@ -152,6 +157,7 @@ _SCALARS: dict[str, Callable[[str, Any], Any]] = {
     "fusion": _choice(FUSIONS),
     "rrf_k": _number(int, 1),
     "min_score": _number(float, 0.0, 1.0),
+    "keyword_row_budget": _optional(_number(int, 100)),
     "relevance_threshold": _number(float, 0.0, 2.0),
     "max_context_chunks": _number(int, 0),
     "max_context_tokens": _number(int, 0),

@@ -15,6 +15,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
+from . import vector_cache
 from .chunker import Chunk, chunk_document, chunker_signature
 from .config import DirectoryConfig, KnowledgebaseConfig
 from .embeddings import Embedder, ModelIdentity
@@ -195,6 +196,7 @@ class _Run:
             if self.summary.added + self.summary.changed + self.summary.removed > 100:
                 self.store.optimize_fts()
             self.store.checkpoint()
+            vector_cache.refresh(self.store)
         finally:
             self.progress.finish()
         self.summary.seconds = round(time.perf_counter() - started, 3)

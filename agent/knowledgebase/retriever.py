@@ -11,6 +11,7 @@ import fnmatch
 import logging
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Sequence
 
@@ -18,6 +19,7 @@ import numpy as np
 
 from .chunker import estimate_tokens
 from .store import IndexStore, VEC_MAX_K
+from .vector_cache import VectorCache
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +39,11 @@ class SearchSource:
     root: str
     store: IndexStore
     vector_refusal: str | None = None
+    vectors: VectorCache | None = None  # the store's vectors, memory-mapped, when the copy is current
+
+    @property
+    def vector_index(self) -> VectorCache | IndexStore:
+        return self.vectors or self.store
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,7 @@ class SearchOptions:
     max_tokens: int | None = None
     path_glob: str | None = None
     kind: str | None = None
+    keyword_row_budget: int | None = None  # see affordable_terms
 
 
 @dataclass
@@ -92,14 +100,36 @@ s t d ll m re ve
 """.split())
 
 
-def fts_query(query: str) -> str | None:
-    """Every term quoted and OR-ed: user punctuation, AND, NEAR or `*` are never FTS syntax.
-
-    Stopwords are dropped unless nothing else is left ("to be or not to be").
-    """
+def query_terms(query: str) -> list[str]:
+    """Distinct lower-cased words, stopwords dropped unless nothing else is left ("to be or not to be")."""
     terms = list(dict.fromkeys(t.lower() for t in _TERM.findall(query)))
-    content = [t for t in terms if t not in STOPWORDS] or terms
-    return " OR ".join(f'"{t}"' for t in content) if content else None
+    return [t for t in terms if t not in STOPWORDS] or terms
+
+
+def fts_query(terms: Sequence[str]) -> str | None:
+    """Every term quoted and OR-ed: user punctuation, AND, NEAR or `*` are never FTS syntax."""
+    return " OR ".join(f'"{t}"' for t in terms) if terms else None
+
+
+def affordable_terms(store: IndexStore, terms: list[str], budget: int | None) -> list[str]:
+    """The rarest terms whose posting lists together stay within `budget` rows, the rarest always kept.
+
+    FTS5 scores every row that matches any OR-ed term (about 1 µs a row), so one common word
+    ("patients", "function") in a long query costs more than the rest of the search at 100k chunks.
+    Such words carry little BM25 weight (low IDF), so dropping them first changes rankings least.
+    """
+    if budget is None or len(terms) < 2:
+        return terms
+    cost = dict(zip(terms, store.document_frequencies([fts_query([t]) for t in terms])))
+    if sum(cost.values()) <= budget:
+        return terms
+    kept, spent = [], 0
+    for term in sorted(terms, key=cost.__getitem__):
+        if kept and spent + cost[term] > budget:
+            break
+        kept.append(term)
+        spent += cost[term]
+    return [t for t in terms if t in kept]
 
 
 @dataclass
@@ -117,43 +147,50 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
             options: SearchOptions, result: SearchResult) -> list[_Candidate]:
     filtered = bool(options.path_glob or options.kind)
     pool = VEC_MAX_K if filtered else max(50, 4 * options.k)
-    match = fts_query(query)
-    use_vector = options.mode in ("hybrid", "vector")
-    use_keyword = options.mode in ("hybrid", "keyword") and match is not None
-    candidates: list[_Candidate] = []
-    vector = None
-    for source in sources:
-        by_id: dict[int, _Candidate] = {}
-        vector_ok = use_vector and source.vector_refusal is None and source.store.has_vector_table()
-        if use_vector and source.vector_refusal:
-            result.warnings.append(source.vector_refusal)
-        if vector_ok:
-            vector = query_vector() if vector is None else vector
-            for rank, (chunk_id, cosine) in enumerate(source.store.knn(vector, pool)):
-                by_id[chunk_id] = _Candidate(source, chunk_id, cosine=cosine, found_by=["vector"], vector_rank=rank)
-        if use_keyword:
+    terms = query_terms(query)
+    use_keyword = options.mode in ("hybrid", "keyword") and bool(terms)
+    vector_sources = []
+    if options.mode in ("hybrid", "vector"):
+        for source in sources:
+            if source.vector_refusal:
+                result.warnings.append(source.vector_refusal)
+            elif source.store.has_vector_table():
+                vector_sources.append(source)
+    by_source: dict[str, dict[int, _Candidate]] = {source.name: {} for source in sources}
+    deeper: dict[str, dict[int, float]] = {}
+    # The query is embedded on a second thread while FTS5 runs on this one: both release the GIL,
+    # and at 100k chunks each takes about as long as the rest of the search.
+    with ThreadPoolExecutor(max_workers=1) as executor:
+        embedding = executor.submit(query_vector) if vector_sources else None
+        for source in sources if use_keyword else ():
             # One FTS pass ranks deeper than the pool: the rows past the pool are not candidates,
             # but they give vector candidates their bm25 without a second MATCH.
             depth = max(pool, KEYWORD_SCORE_DEPTH) if options.mode == "hybrid" else pool
+            match = fts_query(affordable_terms(source.store, terms, options.keyword_row_budget))
             keyword_scores = source.store.keyword(match, depth)
             for rank, (chunk_id, score) in enumerate(keyword_scores[:pool]):
-                candidate = by_id.setdefault(chunk_id, _Candidate(source, chunk_id))
-                candidate.bm25, candidate.keyword_rank = score, rank
-                candidate.found_by.append("keyword")
-            if options.mode == "hybrid":
-                deeper = dict(keyword_scores)
-                for candidate in by_id.values():
-                    if candidate.bm25 is None:
-                        candidate.bm25 = deeper.get(candidate.chunk_id, 0.0)
-        if options.mode == "hybrid" and vector_ok:
+                by_source[source.name][chunk_id] = _Candidate(source, chunk_id, bm25=score, found_by=["keyword"],
+                                                              keyword_rank=rank)
+            deeper[source.name] = dict(keyword_scores)
+        vector = embedding.result() if embedding else None
+    for source in vector_sources:
+        by_id = by_source[source.name]
+        for rank, (chunk_id, cosine) in enumerate(source.vector_index.knn(vector, pool)):
+            candidate = by_id.setdefault(chunk_id, _Candidate(source, chunk_id))
+            candidate.cosine, candidate.vector_rank = cosine, rank
+            candidate.found_by.insert(0, "vector")
+        if options.mode == "hybrid":
             _complete_cosines(source, list(by_id.values()), vector)
-        candidates.extend(by_id.values())
-    return candidates
+            keyword_scores = deeper.get(source.name, {})
+            for candidate in by_id.values():
+                if candidate.bm25 is None and use_keyword:
+                    candidate.bm25 = keyword_scores.get(candidate.chunk_id, 0.0)
+    return [candidate for by_id in by_source.values() for candidate in by_id.values()]
 
 
 def _complete_cosines(source: SearchSource, candidates: list[_Candidate], vector: np.ndarray) -> None:
     missing = [c.chunk_id for c in candidates if c.cosine is None]
-    stored = source.store.vectors_for(missing) if missing else {}
+    stored = source.vector_index.vectors_for(missing) if missing else {}
     for candidate in candidates:
         if candidate.chunk_id in stored:
             # Elementwise product, not a BLAS call: BLAS threads would fight onnxruntime's.
@@ -198,8 +235,9 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
     kept: list[Hit] = []
     spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
     tokens = 0
-    for begin in range(0, len(scored), 64):
-        window = scored[begin:begin + 64]
+    step = max(16, 2 * options.k)  # rows fetched at a time: most searches need only the first window
+    for begin in range(0, len(scored), step):
+        window = scored[begin:begin + step]
         for source in {c.source.name: c.source for _, c in window}.values():
             ids = [c.chunk_id for _, c in window if c.source is source]
             rows.update({(source.name, i): row for i, row in source.store.chunks(ids).items()})
@@ -219,7 +257,7 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
             taken = spans.setdefault((candidate.source.name, row.path), [])
             if any(s <= row.end_line and row.start_line <= e for s, e in taken):
                 continue  # an overlapping chunk of this file already ranks higher
-            size = estimate_tokens(row.text)
+            size = estimate_tokens(row.text) if options.max_tokens is not None else 0
             if options.max_tokens is not None and kept and tokens + size > options.max_tokens:
                 return _finish(result, kept)
             taken.append((row.start_line, row.end_line))

@@ -21,6 +21,7 @@ from .embeddings import EmbeddingError
 from .indexer import IndexSummary, ModelMismatchError, NullProgress, Progress, index_directory, mismatch_message
 from .retriever import SearchError, SearchOptions, SearchResult, SearchSource, search
 from .scanner import scan
+from .vector_cache import VectorCache, cache_path, read_generation
 from .store import IndexBusy, IndexStore, StoreError, driver_description, index_size_bytes, remove_index, writer_lock
 
 log = logging.getLogger(__name__)
@@ -78,6 +79,7 @@ class KnowledgeBase:
         # What the configured model will be, known without loading it; an injected embedder must be asked.
         self._expected_identity = None if embedder_factory else expected_identity(config.embedding)
         self._embedder: embeddings.Embedder | None = None
+        self._vector_caches: dict[Path, VectorCache] = {}  # open memory maps, reused while current
 
     # --- helpers --------------------------------------------------------------------------
     def embedder(self) -> embeddings.Embedder:
@@ -122,6 +124,20 @@ class KnowledgeBase:
 
     def index_path(self, directory: DirectoryConfig) -> Path:
         return directory.resolved_index_path(self.hermes_home)
+
+    def _vector_cache(self, index_path: Path, store: IndexStore) -> VectorCache | None:
+        """The memory-mapped vectors of this index if they match the snapshot being read, else None."""
+        generation = store.generation()
+        cache = self._vector_caches.get(index_path)
+        if cache is None or cache.generation != generation:
+            try:
+                cache = VectorCache(cache_path(index_path))
+            except (OSError, ValueError):
+                return None
+            if cache.generation != generation:
+                return None
+            self._vector_caches[index_path] = cache
+        return cache
 
     def _refusal(self, directory: DirectoryConfig, store: IndexStore) -> str | None:
         indexed = store.model_identity()
@@ -184,13 +200,13 @@ class KnowledgeBase:
                 store = stack.enter_context(IndexStore(path, create=False))
                 refusal = self._refusal(target, store)
                 stack.enter_context(store.snapshot())
-                sources.append(SearchSource(target.name, str(target.path), store, refusal))
+                sources.append(SearchSource(target.name, str(target.path), store, refusal, self._vector_cache(path, store)))
             if not sources:
                 raise KnowledgebaseError("Nothing is indexed yet; run `hermes kb index` first.")
             options = SearchOptions(
                 k=k, mode=mode, fusion=self.config.fusion, alpha=self.config.alpha, rrf_k=self.config.rrf_k,
                 min_score=self.config.min_score if min_score is None else min_score,
-                max_tokens=max_tokens, path_glob=path_glob, kind=kind)
+                max_tokens=max_tokens, path_glob=path_glob, kind=kind, keyword_row_budget=self.config.keyword_row_budget)
             return search(sources, query, lambda: self.embedder().embed_query(query), options)
 
     def read(self, path: str, start_line: int = 1, max_lines: int = 80) -> ReadResult:
@@ -227,6 +243,7 @@ class KnowledgeBase:
                     identity = store.model_identity()
                     row["model"] = f"{identity.model_id} ({identity.variant}, {identity.dim}d)" if identity else None
                     row["vector_search"] = self._refusal(directory, store) or "ok"
+                    row["vector_cache"] = "current" if read_generation(cache_path(path)) == store.generation() else "stale"
                 updated = float(meta.get("updated_at", 0) or 0)
                 row["last_indexed"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(updated)) if updated else None
                 row["size_bytes"] = index_size_bytes(path)

@@ -22,11 +22,13 @@ import numpy as np
 
 from .chunker import Chunk
 from .embeddings import ModelIdentity
+from .vector_cache import cache_path
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 VEC_MAX_K = 4096  # sqlite-vec refuses larger k
+DF_SAMPLE_WINDOWS, DF_SAMPLE_ROWS = 4, 1000  # where document frequencies are estimated
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -217,8 +219,19 @@ class IndexStore:
     def drop_vectors(self) -> None:
         """Forget every vector and the pinned model (a model change means re-embedding all)."""
         with self.transaction():
+            self._bump_generation()
             self.conn.execute("DROP TABLE IF EXISTS chunk_vec")
             self.conn.execute("DELETE FROM meta WHERE key IN ('model_id', 'model_variant', 'dimension')")
+
+    def _bump_generation(self) -> None:
+        """Called inside every transaction that changes chunks or vectors, so copies can tell they are stale."""
+        self.conn.execute("INSERT INTO meta(key, value) VALUES ('generation', 1) "
+                          "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
+
+    def generation(self) -> str:
+        """Names this index's current content; the creation time keeps a recreated index's count distinct."""
+        meta = dict(self.conn.execute("SELECT key, value FROM meta WHERE key IN ('created_at', 'generation')"))
+        return f"{meta.get('created_at', '')}:{meta.get('generation', 0)}"
 
     # --- files --------------------------------------------------------------------------
     def files(self) -> dict[str, FileRow]:
@@ -240,6 +253,7 @@ class IndexStore:
                    chunks: Sequence[Chunk], vectors: np.ndarray | None, error: str | None = None) -> None:
         """Replace everything known about one file, atomically."""
         with self.transaction():
+            self._bump_generation()
             row = self.conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
             if row:
                 self._delete_chunks_of([row[0]])
@@ -261,7 +275,10 @@ class IndexStore:
 
     def delete_files(self, paths: Iterable[str]) -> int:
         paths = list(paths)
+        if not paths:
+            return 0
         with self.transaction():
+            self._bump_generation()
             for begin in range(0, len(paths), 500):
                 batch = paths[begin:begin + 500]
                 marks = ",".join("?" * len(batch))
@@ -293,6 +310,16 @@ class IndexStore:
         rows = self.conn.execute(f"SELECT rowid, embedding FROM chunk_vec WHERE rowid IN ({marks})", list(chunk_ids))
         return {rowid: np.frombuffer(blob, dtype=np.float32) for rowid, blob in rows}
 
+    def vector_count(self) -> int:
+        return self.conn.execute("SELECT COUNT(*) FROM chunk_vec").fetchone()[0] if self.has_vector_table() else 0
+
+    def iter_vectors(self, batch: int = 4096) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Every (ids, vectors) in ascending id order, a batch at a time."""
+        cursor = self.conn.execute("SELECT rowid, embedding FROM chunk_vec ORDER BY rowid")
+        while rows := cursor.fetchmany(batch):
+            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
+            yield ids, np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity), best first."""
         rows = self.conn.execute("SELECT rowid, distance FROM chunk_vec WHERE embedding MATCH ? AND k = ?",
@@ -306,6 +333,27 @@ class IndexStore:
         rows = self.conn.execute("SELECT rowid, -bm25(chunks_fts) AS score FROM chunks_fts WHERE chunks_fts MATCH ? "
                                  "ORDER BY bm25(chunks_fts) LIMIT ?", (match, k))
         return [(rowid, score) for rowid, score in rows]
+
+    def document_frequencies(self, phrases: Sequence[str]) -> list[float]:
+        """Chunks matching each FTS phrase, counted in a few id windows spread over the index and scaled.
+
+        FTS5 keeps no document frequencies (fts5vocab walks whole posting lists, as slow as the
+        search it would plan), while a seek into a rowid window is cheap. Exact on small indexes.
+        """
+        low, high = self.conn.execute("SELECT (SELECT min(id) FROM chunks), (SELECT max(id) FROM chunks)").fetchone()
+        if low is None:
+            return [0.0] * len(phrases)
+        span = high - low + 1
+        if span <= DF_SAMPLE_WINDOWS * DF_SAMPLE_ROWS:
+            windows = [(low, high)]
+        else:
+            step = span // DF_SAMPLE_WINDOWS
+            windows = [(low + i * step, low + i * step + DF_SAMPLE_ROWS - 1) for i in range(DF_SAMPLE_WINDOWS)]
+        scale = span / sum(end - begin + 1 for begin, end in windows)
+        sql = "SELECT " + " + ".join(f"(SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?1 AND rowid BETWEEN ?{2 * i + 2} "
+                                     f"AND ?{2 * i + 3})" for i in range(len(windows)))
+        bounds = [value for window in windows for value in window]
+        return [self.conn.execute(sql, (phrase, *bounds)).fetchone()[0] * scale for phrase in phrases]
 
     def optimize_fts(self) -> None:
         self.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
@@ -330,8 +378,13 @@ class IndexStore:
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
 
+def companion_paths(path: Path) -> tuple[Path, ...]:
+    """The index file and everything that lives and dies with it (the lock file excepted)."""
+    return path, Path(f"{path}-wal"), Path(f"{path}-shm"), cache_path(path)
+
+
 def index_size_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in (path, Path(f"{path}-wal"), Path(f"{path}-shm")) if p.exists())
+    return sum(p.stat().st_size for p in companion_paths(path) if p.exists())
 
 
 class IndexBusy(RuntimeError):
@@ -363,7 +416,7 @@ def remove_index(path: Path) -> bool:
     The lock file stays: another process may be waiting on it.
     """
     removed = False
-    for candidate in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+    for candidate in companion_paths(path):
         with contextlib.suppress(FileNotFoundError):
             os.remove(candidate)
             removed = True

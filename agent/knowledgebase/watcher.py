@@ -34,11 +34,11 @@ class _DirectoryHandler(FileSystemEventHandler):
     def __init__(self, directory: DirectoryConfig, rules: IgnoreRules, index_file: Path, mark: Callable[[str], None]):
         self.directory, self.rules, self.mark = directory, rules, mark
         self.root = os.path.realpath(directory.path)
-        self.index_files = {str(index_file), f"{index_file}-wal", f"{index_file}-shm", f"{index_file}.lock"}
+        self.index_prefix = str(index_file)  # the index, its journal, lock and vector cache all start so
 
     def _relevant(self, path: str, is_dir: bool) -> bool:
         real = os.path.realpath(path) if os.path.exists(path) else os.path.abspath(path)
-        if real in self.index_files or not real.startswith(self.root + os.sep):
+        if real.startswith(self.index_prefix) or not real.startswith(self.root + os.sep):
             return False
         return not self.rules.ignored(os.path.relpath(real, self.root).replace(os.sep, "/"), is_dir)
 

@@ -1,0 +1,60 @@
+import pytest
+
+from agent.knowledgebase import store as store_module
+from agent.knowledgebase.chunker import Chunk
+from agent.knowledgebase.config import ConfigError, parse_knowledgebase
+from agent.knowledgebase.retriever import affordable_terms, fts_query
+from agent.knowledgebase.store import IndexStore
+
+
+def fill(store: IndexStore, texts: list[str], per_file: int = 100) -> None:
+    for begin in range(0, len(texts), per_file):
+        chunks = [Chunk(t, 0, len(t), i + 1, i + 1, None, "") for i, t in enumerate(texts[begin:begin + per_file])]
+        store.write_file(f"f{begin}.txt", 1, 1, f"h{begin}", "text", chunks, None)
+
+
+def test_document_frequencies_are_exact_on_a_small_index(tmp_path):
+    with IndexStore(tmp_path / "i.sqlite") as store:
+        fill(store, ["common kiwi", "common mango", "common", "rare"])
+        assert store.document_frequencies([fts_query(["common"]), fts_query(["kiwi"]), fts_query(["absent"])]) == [3, 1, 0]
+        assert store.document_frequencies([fts_query(["kiwis"])]) == [1]  # stemmed as FTS5 stores it
+
+
+def test_document_frequencies_are_estimated_from_windows_on_a_large_index(tmp_path, monkeypatch):
+    monkeypatch.setattr(store_module, "DF_SAMPLE_ROWS", 100)
+    texts = [f"row {i} every {'tenth' if i % 10 == 0 else 'other'}" for i in range(4000)]
+    with IndexStore(tmp_path / "i.sqlite") as store:
+        fill(store, texts)
+        every, tenth = store.document_frequencies([fts_query(["every"]), fts_query(["tenth"])])
+    assert every == pytest.approx(4000, rel=0.01)
+    assert tenth == pytest.approx(400, rel=0.15)
+
+
+def test_over_budget_the_commonest_words_go_first_and_the_rarest_always_stays(tmp_path):
+    with IndexStore(tmp_path / "i.sqlite") as store:
+        fill(store, ["alpha beta gamma"] * 50 + ["alpha beta"] * 30 + ["alpha"] * 20)
+        terms = ["alpha", "beta", "gamma"]  # 100, 80, 50 rows
+        assert affordable_terms(store, terms, None) == terms
+        assert affordable_terms(store, terms, 1000) == terms
+        assert affordable_terms(store, terms, 130) == ["beta", "gamma"]  # query order kept
+        assert affordable_terms(store, terms, 10) == ["gamma"]
+        assert affordable_terms(store, ["alpha"], 10) == ["alpha"]
+
+
+def test_budget_keeps_the_rare_word_that_finds_the_answer(tmp_path, make_kb):
+    root = tmp_path / "notes"
+    root.mkdir()
+    for i in range(60):
+        (root / f"n{i}.md").write_text(f"# Note {i}\n\nproject status meeting notes number {i}\n")
+    (root / "answer.md").write_text("# Deploy\n\nproject status: the zanzibar cluster deploys on Fridays\n")
+    kb = make_kb(root, keyword_row_budget=100)
+    kb.index()
+    hits = kb.search("project status zanzibar", mode="keyword").hits
+    assert hits[0].path == "answer.md"
+
+
+def test_budget_setting_is_validated():
+    assert parse_knowledgebase({"keyword_row_budget": None}).keyword_row_budget is None
+    assert parse_knowledgebase({}).keyword_row_budget == 5000
+    with pytest.raises(ConfigError, match="keyword_row_budget"):
+        parse_knowledgebase({"keyword_row_budget": 5})
