@@ -18,11 +18,26 @@ from typing import Callable
 from . import embeddings
 from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig
 from .embeddings import EmbeddingError
-from .indexer import IndexSummary, ModelMismatchError, NullProgress, Progress, index_directory, mismatch_message
+from .indexer import (
+    IndexSummary,
+    ModelMismatchError,
+    NullProgress,
+    Progress,
+    index_directory,
+    mismatch_message,
+)
 from .retriever import SearchError, SearchOptions, SearchResult, SearchSource, search
 from .scanner import scan
+from .store import (
+    IndexBusy,
+    IndexStore,
+    StoreError,
+    driver_description,
+    index_size_bytes,
+    remove_index,
+    writer_lock,
+)
 from .vector_cache import VectorCache, cache_path, read_generation
-from .store import IndexBusy, IndexStore, StoreError, driver_description, index_size_bytes, remove_index, writer_lock
 
 log = logging.getLogger(__name__)
 

