@@ -40,10 +40,14 @@ KINDS = {
 @dataclass(frozen=True)
 class ScannedFile:
     rel_path: str
-    abs_path: Path
+    path: str  # absolute; a string because building 10k Path objects is a third of a rescan
     size: int
     mtime_ns: int
     kind: str
+
+    @property
+    def abs_path(self) -> Path:
+        return Path(self.path)
 
 
 @dataclass
@@ -69,6 +73,7 @@ class IgnoreRules:
         self.root = root
         self._fixed = pathspec.GitIgnoreSpec.from_lines([*BUILTIN_EXCLUDES, *exclude])
         self._gitignores: dict[str, pathspec.GitIgnoreSpec | None] = {}
+        self._chains: dict[str, list[tuple[int, pathspec.GitIgnoreSpec]]] = {}
 
     def _gitignore(self, rel_dir: str) -> pathspec.GitIgnoreSpec | None:
         if rel_dir not in self._gitignores:
@@ -82,19 +87,26 @@ class IgnoreRules:
             self._gitignores[rel_dir] = spec
         return self._gitignores[rel_dir]
 
+    def _specs_above(self, rel_dir: str) -> list[tuple[int, pathspec.GitIgnoreSpec]]:
+        """(prefix length, spec) of every .gitignore from the root down to rel_dir, shallowest first."""
+        if rel_dir not in self._chains:
+            parts = rel_dir.split("/") if rel_dir else []
+            chain = []
+            for depth in range(len(parts) + 1):
+                prefix = "/".join(parts[:depth])
+                spec = self._gitignore(prefix)
+                if spec is not None:
+                    chain.append((len(prefix) + 1 if prefix else 0, spec))
+            self._chains[rel_dir] = chain
+        return self._chains[rel_dir]
+
     def ignored(self, rel_path: str, is_dir: bool) -> bool:
         probe = rel_path + "/" if is_dir else rel_path
         if self._fixed.match_file(probe):
             return True
         verdict = None
-        parts = rel_path.split("/")
-        for depth in range(len(parts)):
-            rel_dir = "/".join(parts[:depth])
-            spec = self._gitignore(rel_dir)
-            if spec is None:
-                continue
-            local = "/".join(parts[depth:]) + ("/" if is_dir else "")
-            result = spec.check_file(local)
+        for offset, spec in self._specs_above(rel_path.rpartition("/")[0]):
+            result = spec.check_file(probe[offset:])
             if result.include is not None:
                 verdict = result.include
         return bool(verdict)
@@ -107,6 +119,7 @@ def scan(root: Path, exclude: tuple[str, ...] = (), max_file_bytes: int = 5_000_
     rules = IgnoreRules(root, exclude)
     root_real = os.path.realpath(root)
     ignore_real = {os.path.realpath(p) for p in ignore_paths}
+    ignore_names = {os.path.basename(p) for p in ignore_real}  # realpath() only for names that could match
     stack = [("", str(root))]
     while stack:
         rel_dir, abs_dir = stack.pop()
@@ -139,11 +152,11 @@ def scan(root: Path, exclude: tuple[str, ...] = (), max_file_bytes: int = 5_000_
             if is_dir:
                 stack.append((rel, entry.path))
                 continue
-            if not stat.S_ISREG(st.st_mode) or os.path.realpath(entry.path) in ignore_real:
+            if not stat.S_ISREG(st.st_mode) or (entry.name in ignore_names and os.path.realpath(entry.path) in ignore_real):
                 continue
             if st.st_size > max_file_bytes:
                 result.skipped.append((rel, f"larger than max_file_bytes ({st.st_size} > {max_file_bytes})"))
                 continue
-            result.files.append(ScannedFile(rel, Path(entry.path), st.st_size, st.st_mtime_ns, file_kind(entry.name)))
+            result.files.append(ScannedFile(rel, entry.path, st.st_size, st.st_mtime_ns, file_kind(entry.name)))
     result.files.sort(key=lambda f: f.rel_path)
     return result
