@@ -23,6 +23,16 @@ def write_notes(root: Path, count: int, folders: int = 100) -> Path:
     return root
 
 
+def peak_rss_mb(pid: int | str = "self") -> float:
+    """VmHWM: this address space's own high-water mark. ru_maxrss would be wrong for a child
+    started by fork+exec, since Linux carries the parent's peak across the exec."""
+    with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+        for line in handle:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
 def machine() -> str:
     return f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()}"
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import multiprocessing
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -34,7 +33,7 @@ from agent.knowledgebase.evaluation import load_dataset, workspace  # noqa: E402
 from agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from agent.knowledgebase import vector_cache  # noqa: E402
 from agent.knowledgebase.store import IndexStore, index_size_bytes  # noqa: E402
-from benchmarks._report import report  # noqa: E402
+from benchmarks._report import peak_rss_mb, report  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 
 CHUNKS_PER_FILE = 50
@@ -87,7 +86,7 @@ def serve_queries(root: str, home: str, queries: list[str]) -> float:
     kb = KnowledgeBase(parse_knowledgebase({"directories": [root]}), Path(home))
     for query in queries:
         kb.search(query, k=10)
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return peak_rss_mb()
 
 
 def vec0_timings(kb: KnowledgeBase, queries: list[str]) -> list[float]:

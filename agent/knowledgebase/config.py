@@ -37,7 +37,12 @@ class EmbeddingConfig:
     model_path: str | None = None
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
-    batch_size: int = 16
+    batch_size: int = 4
+
+
+# Texts per model call. Locally, length-sorted batches of 4 embed as fast as 16 on 2 cores while
+# onnxruntime's peak memory drops from ~940 MB to ~450 MB; a remote service wants fewer, larger calls.
+DEFAULT_BATCH_SIZES = {"local": 4, "openai": 64, "ollama": 64}
 
 
 @dataclass(frozen=True)
@@ -204,7 +209,7 @@ def _embedding(section: dict) -> EmbeddingConfig:
         model_path=model_path,
         base_url=expand(base_url) if base_url else DEFAULT_BASE_URLS.get(backend),
         api_key_env=str(raw.get("api_key_env", "OPENAI_API_KEY")),
-        batch_size=_number(int, 1, 1024)("embedding_model.batch_size", raw.get("batch_size", 16)),
+        batch_size=_number(int, 1, 1024)("embedding_model.batch_size", raw.get("batch_size", DEFAULT_BATCH_SIZES[backend])),
     )
 
 

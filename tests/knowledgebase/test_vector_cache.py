@@ -143,3 +143,15 @@ def test_reading_sqlite_vec_storage_directly_matches_the_virtual_table(tmp_path)
         assert len(copied) == store.vector_count() == 2300
         stored = store.vectors_for(list(copied))
         assert all(np.array_equal(stored[i], copied[i]) for i in copied)
+
+
+def test_the_two_thread_hamming_pass_finds_the_same_neighbours(tmp_path, monkeypatch):
+    monkeypatch.setattr(vector_cache, "EXACT_SCAN_ROWS", 100)
+    vectors = clustered(5001, dim=384, centres=500)
+    path = tmp_path / "x.vectors"
+    write_cache(path, vectors)
+    cache = VectorCache(path)
+    queries = vectors[:20] + 0.01
+    single = [cache.knn(q, 10) for q in queries]
+    monkeypatch.setattr(vector_cache, "PARALLEL_ROWS", 1000)
+    assert [cache.knn(q, 10) for q in queries] == single

@@ -1,0 +1,78 @@
+"""End-to-end first index of real corpora: files/s, chunks/s and the indexing process's peak RSS.
+
+Each corpus is indexed from scratch by `hermes kb index --json` in a new
+process with an empty HERMES_HOME, so model loading, scanning, chunking,
+embedding, writing and the vector cache are all counted, and the peak RSS is
+that process's own high-water mark (VmHWM, sampled until it exits).
+
+    python benchmarks/first_index.py                  # SciFact as 5,183 files, and this repository
+    python benchmarks/first_index.py --corpus repo    # only this repository
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import contextlib
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from agent.knowledgebase.evaluation import load_dataset, materialise  # noqa: E402
+from benchmarks._report import peak_rss_mb, report  # noqa: E402
+from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def index_in_child(folder: Path, home: Path) -> tuple[dict, float, float]:
+    """(summary, wall seconds, peak RSS in MB) of one `hermes kb index` process."""
+    env = {**os.environ, "HERMES_HOME": str(home)}
+    started = time.perf_counter()
+    with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
+        child = subprocess.Popen([sys.executable, "-m", "hermes_cli.main", "kb", "index", str(folder), "--json"],
+                                 env=env, cwd=REPO, stdout=stdout, stderr=stderr)
+        peak = 0.0
+        while child.poll() is None:  # VmHWM only grows; the last reading before exit is the peak
+            with contextlib.suppress(OSError):
+                peak = max(peak, peak_rss_mb(child.pid))
+            time.sleep(0.2)
+        seconds = time.perf_counter() - started
+        stdout.seek(0)
+        stderr.seek(0)
+        if child.returncode != 0:
+            raise SystemExit(f"indexing {folder} failed: {stderr.read().decode()[-2000:]}")
+        return json.loads(stdout.read())[0], seconds, peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", choices=("all", "scifact", "repo"), default="all")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        corpora = []
+        if args.corpus in ("all", "repo"):
+            corpora.append(("this repository", REPO))
+        if args.corpus in ("all", "scifact"):
+            folder = Path(scratch) / "scifact"
+            materialise(load_dataset(DEFAULT_DATASET, "test"), folder)
+            corpora.append(("SciFact corpus", folder))
+        for label, folder in corpora:
+            summary, seconds, peak = index_in_child(folder, Path(scratch) / f"home-{len(rows)}")
+            files = summary["added"]
+            chunks = summary["chunks_embedded"] + summary["chunks_reused"]
+            rows.append([label, files, chunks, f"{seconds:.0f}", f"{files / seconds:.1f}", f"{chunks / seconds:.1f}",
+                         f"{peak:.0f}"])
+    report("First index from scratch (new process, model load included)",
+           ["corpus", "files", "chunks", "wall s", "files/s", "chunks/s", "peak RSS MB"], rows, write=not args.no_write)
+
+
+if __name__ == "__main__":
+    main()
