@@ -166,3 +166,21 @@ def test_empty_query_is_a_clear_error(tree, make_kb):
     kb.index()
     with pytest.raises(Exception, match="empty"):
         kb.search("   ")
+
+
+def test_a_kept_open_reader_follows_an_index_that_was_cleared_and_rebuilt(tmp_path, make_kb):
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nalpha bravo\n")
+    reader = make_kb(root)
+    reader.index()
+    assert reader.search("alpha", mode="keyword").hits
+    other = make_kb(root)  # another process, as far as the reader can tell
+    other.clear()
+    (root / "a.md").write_text("# A\n\nzulu yankee\n")
+    other.index()
+    assert reader.search("zulu", mode="keyword").hits[0].path == "a.md"
+    assert not reader.search("alpha", mode="keyword").hits
+    other.clear()
+    with pytest.raises(Exception, match="Nothing is indexed"):
+        reader.search("zulu", mode="keyword")
