@@ -3,11 +3,13 @@
 `chunk_vec` (sqlite-vec) stays the source of truth, but its KNN is a brute-force
 scan inside SQLite: about 100 ms at 100k chunks on this hardware, against 9 ms
 for a numpy product over the same vectors. This file holds the vectors as one
-float32 matrix (unit rows) plus 1-bit codes of the
-mean-centred vectors. Up to EXACT_SCAN_ROWS rows the matrix is scanned exactly;
-above that, Hamming distance over the codes picks a shortlist that is then
-re-scored exactly, which is what keeps 1M chunks searchable in tens of
-milliseconds while only the shortlist's rows of the matrix are paged in.
+float32 matrix (unit rows), an int8 copy (per-dimension scale) and 1-bit
+codes of the mean-centred vectors. Up to EXACT_SCAN_ROWS rows the matrix is
+scanned exactly; above that, Hamming distance over the codes picks a
+shortlist, the int8 copy ranks it, and its best rows are re-scored in float32.
+That keeps 1M chunks searchable in tens of milliseconds, and a long-running
+process maps at most the codes and the int8 copy (432 MB at 1M), never the
+1.5 GB float matrix.
 
 The file is written beside the index after an index run changed something, by
 the process holding the writer lock, and swapped in with one rename (hence one
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import json
+import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -32,9 +35,10 @@ import numpy as np
 MAGIC = b"HERMESKBVEC1\n"
 HEADER_BYTES = 4096
 EXACT_SCAN_ROWS = 20_000  # below this an exact product costs ~2 ms; the codes would only lose recall
-MIN_SHORTLIST = 1_500  # rows re-scored exactly after the Hamming pass
+MIN_SHORTLIST = 1_500  # rows kept by the Hamming pass
 SHORTLIST_FRACTION = 1 / 160  # grows the shortlist with the index: recall@10 0.992 at 1M (0.979 at 1/400)
 PARALLEL_ROWS = 200_000  # above this the Hamming pass is split over two threads
+RESCORE_ROWS = 200  # shortlist rows re-scored in float32 after the int8 pass (at least 4k)
 
 
 @functools.lru_cache(maxsize=1)
@@ -84,8 +88,16 @@ class _Layout:
         return self.mean + 8 * ((self.dim + 1) // 2)  # dim float32s, padded to keep 8-byte alignment
 
     @property
-    def size(self) -> int:
+    def scale(self) -> int:
         return self.codes + 8 * self.words * self.count
+
+    @property
+    def quantized(self) -> int:
+        return self.scale + 8 * ((self.dim + 1) // 2)
+
+    @property
+    def size(self) -> int:
+        return self.quantized + self.count * self.dim
 
 
 def _sign_codes(block: np.ndarray, mean: np.ndarray, words: int) -> np.ndarray:
@@ -103,6 +115,7 @@ def build(path: Path, generation: str, dim: int, count: int,
     layout = _Layout(count, dim)
     temporary = Path(f"{path}.tmp{os.getpid()}")
     total = np.zeros(dim, dtype=np.float64)
+    peak = np.zeros(dim, dtype=np.float32)
     ids = np.empty(count, dtype=np.int64)
     written = 0
     try:
@@ -116,14 +129,20 @@ def build(path: Path, generation: str, dim: int, count: int,
                 ids[written:written + len(block)] = batch_ids
                 handle.write(block.tobytes())
                 total += block.sum(axis=0, dtype=np.float64)
+                if len(block):
+                    peak = np.maximum(peak, np.abs(block).max(axis=0))
                 written += len(block)
             if written != count:
                 raise ValueError("fewer vectors than announced; the index changed during the rebuild")
             mean = (total / max(count, 1)).astype(np.float32)
+            scale = (np.where(peak == 0, 1, peak) / 127).astype(np.float32)
             codes = np.empty((layout.words, count), dtype=np.uint64)
+            handle.flush()
             with open(temporary, "rb") as reader:
                 for begin, block in _read_blocks(reader, layout):
                     codes[:, begin:begin + len(block)] = _sign_codes(block, mean, layout.words)
+                    handle.seek(layout.quantized + begin * dim)
+                    handle.write(np.clip(np.round(block / scale), -127, 127).astype(np.int8).tobytes())
             order = np.argsort(ids, kind="stable")
             handle.seek(layout.ids)
             handle.write(ids.tobytes())
@@ -133,6 +152,7 @@ def build(path: Path, generation: str, dim: int, count: int,
             handle.write(mean.tobytes())
             handle.seek(layout.codes)
             handle.write(codes.tobytes())
+            handle.write(scale.tobytes())
             handle.seek(0)
             header = MAGIC + json.dumps({"generation": generation, "count": count, "dim": dim}).encode()
             handle.write(header.ljust(HEADER_BYTES, b"\n"))
@@ -206,12 +226,23 @@ class VectorCache:
         if layout.count == 0:
             self.ids = np.empty(0, dtype=np.int64)
             return
-        self.ids = np.memmap(path, np.int64, "r", layout.ids, (layout.count,))
-        self.sorted_ids = np.memmap(path, np.int64, "r", layout.sorted_ids, (layout.count,))
-        self.sorted_rows = np.memmap(path, np.int64, "r", layout.sorted_rows, (layout.count,))
-        self.vectors = np.memmap(path, np.float32, "r", layout.vectors, (layout.count, layout.dim))
-        self.mean = np.array(np.memmap(path, np.float32, "r", layout.mean, (layout.dim,)))
-        self.codes = np.memmap(path, np.uint64, "r", layout.codes, (layout.words, layout.count))
+        # Plain arrays over one mapping: np.memmap's subclass costs ~50 µs per indexing, and owning
+        # the mapping lets knn() hand the matrix pages it touched back (see _release).
+        self._file = open(path, "rb")  # noqa: SIM115 - lives as long as the cache, for pread()
+        self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
+        self._layout = layout
+
+        def view(dtype, offset: int, shape: tuple[int, ...]) -> np.ndarray:
+            return np.frombuffer(self._map, dtype, int(np.prod(shape)), offset).reshape(shape)
+
+        self.ids = view(np.int64, layout.ids, (layout.count,))
+        self.sorted_ids = view(np.int64, layout.sorted_ids, (layout.count,))
+        self.sorted_rows = view(np.int64, layout.sorted_rows, (layout.count,))
+        self.vectors = view(np.float32, layout.vectors, (layout.count, layout.dim))
+        self.mean = view(np.float32, layout.mean, (layout.dim,)).copy()
+        self.codes = view(np.uint64, layout.codes, (layout.words, layout.count))
+        self.scale = view(np.float32, layout.scale, (layout.dim,)).copy()
+        self.quantized = view(np.int8, layout.quantized, (layout.count, layout.dim))
 
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity), best first; exact up to EXACT_SCAN_ROWS rows."""
@@ -225,11 +256,16 @@ class VectorCache:
         else:
             rows = self._shortlist(query, max(MIN_SHORTLIST, 20 * k, int(self.count * SHORTLIST_FRACTION)))
         with _blas().limit(limits=1, user_api="blas"):
-            scores = self.vectors[rows] @ query
+            if len(rows) > max(RESCORE_ROWS, 4 * k):
+                # The int8 copy ranks the shortlist; float32 rows are read only for the best few, so
+                # a long session maps a few rows of the 1.5 GB matrix per query, not thousands.
+                approx = self.quantized[rows].astype(np.float32) @ (query * self.scale)
+                rows = rows[np.argpartition(-approx, max(RESCORE_ROWS, 4 * k) - 1)[:max(RESCORE_ROWS, 4 * k)]]
+            scores = self._float_rows(rows) @ query
         k = min(k, len(rows))
         best = np.argpartition(-scores, k - 1)[:k]
         best = best[np.argsort(-scores[best], kind="stable")]
-        return [(int(self.ids[rows[i]]), float(scores[i])) for i in best]
+        return list(zip(self.ids[rows[best]].tolist(), scores[best].tolist()))
 
     def _shortlist(self, query: np.ndarray, size: int) -> np.ndarray:
         """Row positions of the `size` codes nearest the query's (ties cut by position), in row order."""
@@ -262,5 +298,17 @@ class VectorCache:
             return {}
         positions = np.minimum(np.searchsorted(self.sorted_ids, wanted), self.count - 1)
         found = self.sorted_ids[positions] == wanted
-        rows = self.sorted_rows[positions]
-        return {int(i): np.asarray(self.vectors[r]) for i, r, ok in zip(wanted, rows, found) if ok}
+        wanted, rows = wanted[found], self.sorted_rows[positions[found]]
+        return dict(zip(wanted.tolist(), self._float_rows(rows)))
+
+    def _float_rows(self, rows: np.ndarray) -> np.ndarray:
+        """Rows of the float32 matrix. Above EXACT_SCAN_ROWS they are read with pread, not through
+        the mapping: the kernel maps 64 KB around every faulted row (fault-around), so a long
+        session would map most of the 1.5 GB matrix at 1M chunks; 200 preads cost ~0.7 ms."""
+        if self.count <= EXACT_SCAN_ROWS:
+            return np.asarray(self.vectors[rows])
+        out = np.empty((len(rows), self.dim), dtype=np.float32)
+        row_bytes, start = 4 * self.dim, self._layout.vectors
+        for i, row in enumerate(rows.tolist()):
+            os.preadv(self._file.fileno(), [out[i]], start + row * row_bytes)
+        return out
