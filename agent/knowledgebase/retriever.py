@@ -23,7 +23,7 @@ from .vector_cache import VectorCache
 log = logging.getLogger(__name__)
 
 MODES = ("hybrid", "vector", "keyword")
-KEYWORD_SCORE_DEPTH = 1000  # bm25 past this rank counts as 0 when completing a vector hit's scores
+KEYWORD_SCORE_DEPTH = 300  # bm25 past this rank counts as 0 for a vector hit; 1000 gave the same SciFact nDCG@10 (k=30), 2-3 ms slower at 100k
 _TERM = re.compile(r"\w+", re.UNICODE)
 
 
