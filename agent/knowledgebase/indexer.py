@@ -21,7 +21,7 @@ from .config import DirectoryConfig, KnowledgebaseConfig
 from .embeddings import Embedder, ModelIdentity
 from .loaders import LoadError, load
 from .scanner import ScannedFile, scan
-from .store import FileRow, IndexStore
+from .store import FileRow, IndexStore, StoreError
 
 log = logging.getLogger(__name__)
 
@@ -196,7 +196,12 @@ class _Run:
             if self.summary.added + self.summary.changed + self.summary.removed > 100:
                 self.store.optimize_fts()
             self.store.checkpoint()
-            vector_cache.refresh(self.store)
+            try:
+                vector_cache.refresh(self.store)
+            except (OSError, ValueError, StoreError) as exc:
+                # The index itself is complete; searches scan sqlite-vec until a rebuild succeeds.
+                self.progress.note(f"The vector cache of {self.directory.name} was not rebuilt ({exc}); "
+                                   f"vector search stays correct but slower.")
         finally:
             self.progress.finish()
         self.summary.seconds = round(time.perf_counter() - started, 3)

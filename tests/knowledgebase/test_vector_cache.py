@@ -155,3 +155,19 @@ def test_the_two_thread_hamming_pass_finds_the_same_neighbours(tmp_path, monkeyp
     single = [cache.knn(q, 10) for q in queries]
     monkeypatch.setattr(vector_cache, "PARALLEL_ROWS", 1000)
     assert [cache.knn(q, 10) for q in queries] == single
+
+
+def test_a_failed_cache_rebuild_leaves_the_index_complete_and_searchable(tmp_path, make_kb, monkeypatch):
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nkiwi mango smoothie\n")
+    kb = make_kb(root)
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(vector_cache, "build", disk_full)
+    summary = kb.index()[0]
+    assert summary.added == 1
+    assert kb.status()[0]["vector_cache"] == "stale"
+    assert kb.search("kiwi mango", mode="vector").hits[0].path == "a.md"
