@@ -226,8 +226,7 @@ class VectorCache:
         if layout.count == 0:
             self.ids = np.empty(0, dtype=np.int64)
             return
-        # Plain arrays over one mapping: np.memmap's subclass costs ~50 µs per indexing, and owning
-        # the mapping lets knn() hand the matrix pages it touched back (see _release).
+        # Plain arrays over one mapping: np.memmap's subclass costs ~50 µs per indexing.
         self._file = open(path, "rb")  # noqa: SIM115 - lives as long as the cache, for pread()
         self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
         self._layout = layout
@@ -255,12 +254,12 @@ class VectorCache:
             rows = np.arange(self.count)
         else:
             rows = self._shortlist(query, max(MIN_SHORTLIST, 20 * k, int(self.count * SHORTLIST_FRACTION)))
+        rescore = max(RESCORE_ROWS, 4 * k)
         with _blas().limit(limits=1, user_api="blas"):
-            if len(rows) > max(RESCORE_ROWS, 4 * k):
-                # The int8 copy ranks the shortlist; float32 rows are read only for the best few, so
-                # a long session maps a few rows of the 1.5 GB matrix per query, not thousands.
+            if len(rows) > rescore:
+                # The int8 copy ranks the shortlist; only the best few rows are read in float32.
                 approx = self.quantized[rows].astype(np.float32) @ (query * self.scale)
-                rows = rows[np.argpartition(-approx, max(RESCORE_ROWS, 4 * k) - 1)[:max(RESCORE_ROWS, 4 * k)]]
+                rows = rows[np.argpartition(-approx, rescore - 1)[:rescore]]
             scores = self._float_rows(rows) @ query
         k = min(k, len(rows))
         best = np.argpartition(-scores, k - 1)[:k]
