@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agent.knowledgebase.chunker import Chunk  # noqa: E402
 from agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
-from agent.knowledgebase.evaluation import load_dataset, workspace  # noqa: E402
+from agent.knowledgebase.evaluation import load_dataset, percentile, workspace  # noqa: E402
 from agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from agent.knowledgebase import vector_cache  # noqa: E402
 from agent.knowledgebase.store import IndexStore, index_size_bytes  # noqa: E402
@@ -98,10 +98,6 @@ def vec0_timings(kb: KnowledgeBase, queries: list[str]) -> list[float]:
             store.knn(kb.embedder().embed_query(query), 50)
             timings.append((time.perf_counter() - started) * 1000)
     return timings
-
-
-def percentile(values: list[float], q: float) -> float:
-    return sorted(values)[min(len(values) - 1, int(q * len(values)))]
 
 
 def main() -> None:

@@ -131,6 +131,11 @@ class EvaluationReport:
         return data
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The nearest-rank q-quantile (0.95 for p95)."""
+    return sorted(values)[min(len(values) - 1, int(q * len(values)))]
+
+
 def doc_ranking(hits, names: dict[str, str]) -> dict[str, float]:
     """Best-chunk rank per document, as descending pseudo-scores ranx can sort."""
     ranking: dict[str, float] = {}
@@ -185,8 +190,7 @@ def evaluate(dataset_dir: Path, config: KnowledgebaseConfig, hermes_home: Path, 
             timings.append((time.perf_counter() - started) * 1000)
             run[query_id] = doc_ranking(hits, names) or {"__none__": 0.0}
         scores = ranx_evaluate(qrels, Run(run), list(METRICS))
-        timings.sort()
         results.append(SystemResult(name, {m: float(scores[m]) for m in METRICS}, statistics.median(timings),
-                                    timings[min(len(timings) - 1, int(0.95 * len(timings)))], run))
+                                    percentile(timings, 0.95), run))
     return EvaluationReport(dataset.name, split, len(dataset.queries), len(dataset.corpus), chunks,
                             summary.seconds, summary.chunks_embedded, results)

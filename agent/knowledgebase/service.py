@@ -163,11 +163,12 @@ class KnowledgeBase:
         generation = store.generation()
         cache = self._vector_caches.get(index_path)
         if cache is None or cache.generation != generation:
+            # The header alone says whether the file is current: a stale one is not mapped per search.
+            if read_generation(cache_path(index_path)) != generation:
+                return None
             try:
                 cache = VectorCache(cache_path(index_path))
             except (OSError, ValueError):
-                return None
-            if cache.generation != generation:
                 return None
             self._vector_caches[index_path] = cache
         return cache
@@ -301,6 +302,7 @@ class KnowledgeBase:
             path = self.index_path(directory)
             for key in [key for key in self._readers if key[0] == path]:
                 self._readers.pop(key)[1].close()
+            self._vector_caches.pop(path, None)
             with writer_lock(path):
                 if remove_index(path):
                     cleared.append(directory.name)

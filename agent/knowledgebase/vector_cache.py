@@ -64,6 +64,11 @@ class _Layout:
         return (self.dim + 63) // 64
 
     @property
+    def floats(self) -> int:
+        """Bytes of one dim-long float32 array (mean, scale), padded to keep 8-byte alignment."""
+        return 8 * ((self.dim + 1) // 2)
+
+    @property
     def ids(self) -> int:
         return HEADER_BYTES
 
@@ -85,7 +90,7 @@ class _Layout:
 
     @property
     def codes(self) -> int:
-        return self.mean + 8 * ((self.dim + 1) // 2)  # dim float32s, padded to keep 8-byte alignment
+        return self.mean + self.floats
 
     @property
     def scale(self) -> int:
@@ -93,7 +98,7 @@ class _Layout:
 
     @property
     def quantized(self) -> int:
-        return self.scale + 8 * ((self.dim + 1) // 2)
+        return self.scale + self.floats
 
     @property
     def size(self) -> int:
@@ -217,7 +222,6 @@ class VectorCache:
         if not header.startswith(MAGIC):
             raise ValueError(f"{path} is not a vector cache")
         info = json.loads(header[len(MAGIC):].rstrip(b"\n"))
-        self.path = path
         self.generation: str = info["generation"]
         layout = _Layout(int(info["count"]), int(info["dim"]))
         if path.stat().st_size != layout.size:

@@ -26,7 +26,6 @@ from .service import USER_ERRORS, KnowledgeBase
 
 log = logging.getLogger(__name__)
 
-DEFAULT_DEBOUNCE_S = 2.0
 _IGNORED_EVENTS = {"opened", "closed_no_write"}
 
 
@@ -53,7 +52,7 @@ class _DirectoryHandler(FileSystemEventHandler):
 class KnowledgebaseWatcher:
     """Watches every given directory; `on_sync` hears each run's summary (or error)."""
 
-    def __init__(self, kb: KnowledgeBase, directories: list[DirectoryConfig], debounce_s: float = DEFAULT_DEBOUNCE_S,
+    def __init__(self, kb: KnowledgeBase, directories: list[DirectoryConfig], debounce_s: float,
                  on_sync: Callable[[IndexSummary], None] | None = None,
                  on_error: Callable[[str], None] | None = None):
         self.kb, self.debounce_s = kb, debounce_s
