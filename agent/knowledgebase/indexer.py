@@ -15,7 +15,7 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from . import vector_cache
+from . import keyword_cache, vector_cache
 from .chunker import Chunk, chunk_document, chunker_signature
 from .config import DirectoryConfig, KnowledgebaseConfig
 from .embeddings import Embedder, ModelIdentity
@@ -196,12 +196,13 @@ class _Run:
             if self.summary.added + self.summary.changed + self.summary.removed > 100:
                 self.store.optimize_fts()
             self.store.checkpoint()
-            try:
-                vector_cache.refresh(self.store)
-            except (OSError, ValueError, StoreError) as exc:
-                # The index itself is complete; searches scan sqlite-vec until a rebuild succeeds.
-                self.progress.note(f"The vector cache of {self.directory.name} was not rebuilt ({exc}); "
-                                   f"vector search stays correct but slower.")
+            for copy, name, fallback in ((vector_cache, "vector", "sqlite-vec"), (keyword_cache, "keyword", "FTS5")):
+                try:
+                    copy.refresh(self.store)
+                except (OSError, ValueError, StoreError) as exc:
+                    # The index itself is complete; searches use the fallback until a rebuild succeeds.
+                    self.progress.note(f"The {name} cache of {self.directory.name} was not rebuilt ({exc}); "
+                                       f"{name} search stays correct but uses the slower {fallback}.")
         finally:
             self.progress.finish()
         self.summary.seconds = round(time.perf_counter() - started, 3)

@@ -17,6 +17,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .chunker import estimate_tokens
+from .keyword_cache import KeywordCache
 from .store import VEC_MAX_K, IndexStore
 from .vector_cache import VectorCache
 
@@ -39,6 +40,7 @@ class SearchSource:
     store: IndexStore
     vector_refusal: str | None = None
     vectors: VectorCache | None = None  # the store's vectors, memory-mapped, when the copy is current
+    keywords: KeywordCache | None = None  # its terms' posting lists, likewise
 
     @property
     def vector_index(self) -> VectorCache | IndexStore:
@@ -163,8 +165,11 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
         # One FTS pass ranks deeper than the pool: the rows past the pool are not candidates,
         # but they give vector candidates their bm25 without a second MATCH.
         depth = max(pool, KEYWORD_SCORE_DEPTH) if options.mode == "hybrid" else pool
-        match = fts_query(affordable_terms(source.store, terms, options.keyword_row_budget))
-        keyword_scores = source.store.keyword(match, depth)
+        if source.keywords:
+            keyword_scores = source.keywords.search(terms, depth)
+        else:
+            match = fts_query(affordable_terms(source.store, terms, options.keyword_row_budget))
+            keyword_scores = source.store.keyword(match, depth)
         for rank, (chunk_id, score) in enumerate(keyword_scores[:pool]):
             by_source[source.name][chunk_id] = _Candidate(source, chunk_id, bm25=score, found_by=["keyword"],
                                                           keyword_rank=rank)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import embeddings
+from . import embeddings, keyword_cache, vector_cache
 from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig
 from .embeddings import EmbeddingError
 from .indexer import (
@@ -27,6 +27,7 @@ from .indexer import (
     index_directory,
     mismatch_message,
 )
+from .keyword_cache import KeywordCache
 from .retriever import SearchError, SearchOptions, SearchResult, SearchSource, search
 from .scanner import scan
 from .store import (
@@ -38,11 +39,13 @@ from .store import (
     remove_index,
     writer_lock,
 )
-from .vector_cache import VectorCache, cache_path, read_generation
+from .vector_cache import VectorCache
 
 log = logging.getLogger(__name__)
 
 
+# The derived copies beside each index: the module that builds and names one, and the class that opens it.
+DERIVED_COPIES = {"vector_cache": (vector_cache, VectorCache), "keyword_cache": (keyword_cache, KeywordCache)}
 INLINE_REFRESH_BYTES = 256_000  # a changed file this small is re-indexed before its hit is returned
 
 
@@ -95,7 +98,7 @@ class KnowledgeBase:
         # What the configured model will be, known without loading it; an injected embedder must be asked.
         self._expected_identity = None if embedder_factory else expected_identity(config.embedding)
         self._embedder: embeddings.Embedder | None = None
-        self._vector_caches: dict[Path, VectorCache] = {}  # open memory maps, reused while current
+        self._copies: dict[tuple[str, Path], VectorCache | KeywordCache] = {}  # open memory maps, reused while current
         self._readers: dict[tuple[Path, int], tuple[tuple[int, int], IndexStore]] = {}
 
     # --- helpers --------------------------------------------------------------------------
@@ -158,20 +161,21 @@ class KnowledgeBase:
             self._readers[key] = ((st.st_dev, st.st_ino), store)
         return store
 
-    def _vector_cache(self, index_path: Path, store: IndexStore) -> VectorCache | None:
-        """The memory-mapped vectors of this index if they match the snapshot being read, else None."""
+    def _copy(self, kind: str, index_path: Path, store: IndexStore):
+        """The memory-mapped copy of this index's vectors or terms if it matches the snapshot being read."""
+        module, opener = DERIVED_COPIES[kind]
         generation = store.generation()
-        cache = self._vector_caches.get(index_path)
-        if cache is None or cache.generation != generation:
+        copy = self._copies.get((kind, index_path))
+        if copy is None or copy.generation != generation:
             # The header alone says whether the file is current: a stale one is not mapped per search.
-            if read_generation(cache_path(index_path)) != generation:
+            if module.read_generation(module.cache_path(index_path)) != generation:
                 return None
             try:
-                cache = VectorCache(cache_path(index_path))
+                copy = opener(module.cache_path(index_path))
             except (OSError, ValueError):
                 return None
-            self._vector_caches[index_path] = cache
-        return cache
+            self._copies[(kind, index_path)] = copy
+        return copy
 
     def _refusal(self, directory: DirectoryConfig, store: IndexStore) -> str | None:
         indexed = store.model_identity()
@@ -234,7 +238,8 @@ class KnowledgeBase:
                     continue
                 refusal = self._refusal(target, store)
                 stack.enter_context(store.snapshot())
-                sources.append(SearchSource(target.name, str(target.path), store, refusal, self._vector_cache(path, store)))
+                sources.append(SearchSource(target.name, str(target.path), store, refusal,
+                                            self._copy("vector_cache", path, store), self._copy("keyword_cache", path, store)))
             if not sources:
                 raise KnowledgebaseError("Nothing is indexed yet; run `hermes kb index` first.")
             options = SearchOptions(
@@ -277,7 +282,10 @@ class KnowledgeBase:
                     identity = store.model_identity()
                     row["model"] = f"{identity.model_id} ({identity.variant}, {identity.dim}d)" if identity else None
                     row["vector_search"] = self._refusal(directory, store) or "ok"
-                    row["vector_cache"] = "current" if read_generation(cache_path(path)) == store.generation() else "stale"
+                    for kind, (module, _) in DERIVED_COPIES.items():
+                        row[kind] = "current" if module.read_generation(module.cache_path(path)) == store.generation() else "stale"
+                    if row["keyword_cache"] == "stale" and keyword_cache.posting_count(store.term_totals()[1]) > keyword_cache.MAX_POSTINGS:
+                        row["keyword_cache"] = "off"  # too large to sort in memory: FTS5 serves every keyword search
                 updated = float(meta.get("updated_at", 0) or 0)
                 row["last_indexed"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(updated)) if updated else None
                 row["size_bytes"] = index_size_bytes(path)
@@ -302,7 +310,8 @@ class KnowledgeBase:
             path = self.index_path(directory)
             for key in [key for key in self._readers if key[0] == path]:
                 self._readers.pop(key)[1].close()
-            self._vector_caches.pop(path, None)
+            for kind in DERIVED_COPIES:
+                self._copies.pop((kind, path), None)
             with writer_lock(path):
                 if remove_index(path):
                     cleared.append(directory.name)

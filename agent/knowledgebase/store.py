@@ -20,9 +20,9 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from . import keyword_cache, vector_cache
 from .chunker import Chunk
 from .embeddings import ModelIdentity
-from .vector_cache import cache_path
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +66,11 @@ CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
 END;
 CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
     INSERT INTO chunks_fts(chunks_fts, rowid, text, heading) VALUES ('delete', old.id, old.text, old.heading);
+END;
+-- Each chunk's stemmed terms, hashed and counted (see keyword_cache): the keyword copy is sorted from these.
+CREATE TABLE IF NOT EXISTS chunk_terms(chunk_id INTEGER PRIMARY KEY, tokens INTEGER NOT NULL, terms BLOB NOT NULL);
+CREATE TRIGGER IF NOT EXISTS chunks_terms_ad AFTER DELETE ON chunks BEGIN
+    DELETE FROM chunk_terms WHERE chunk_id = old.id;
 END;
 """
 
@@ -270,6 +275,8 @@ class IndexStore:
                     "VALUES (?,?,?,?,?,?,?,?,?,?)",
                     (file_id, ord_, chunk.text, chunk.start_char, chunk.end_char, chunk.start_line, chunk.end_line,
                      chunk.page, chunk.heading, chunk.content_hash)).lastrowid
+                self.conn.execute("INSERT INTO chunk_terms(chunk_id, tokens, terms) VALUES (?, ?, ?)",
+                                  (chunk_id, *keyword_cache.chunk_terms(chunk.text, chunk.heading)))
                 if vectors is not None:
                     self.conn.execute("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)", (chunk_id, _blob(vectors[ord_])))
 
@@ -366,6 +373,24 @@ class IndexStore:
         bounds = [value for window in windows for value in window]
         return [self.conn.execute(sql, (phrase, *bounds)).fetchone()[0] * scale for phrase in phrases]
 
+    def chunks_without_terms(self, limit: int) -> list[tuple[int, str, str]]:
+        """(id, text, heading) of chunks written before chunk_terms existed."""
+        return self.conn.execute("SELECT c.id, c.text, c.heading FROM chunks c LEFT JOIN chunk_terms t ON t.chunk_id = c.id "
+                                 "WHERE t.chunk_id IS NULL LIMIT ?", (limit,)).fetchall()
+
+    def save_terms(self, rows: Sequence[tuple[int, int, bytes]]) -> None:
+        """Derived data: the generation does not move, since what a search finds does not change."""
+        with self.transaction():
+            self.conn.executemany("INSERT OR REPLACE INTO chunk_terms(chunk_id, tokens, terms) VALUES (?, ?, ?)", rows)
+
+    def term_totals(self) -> tuple[int, int]:
+        """(chunks with terms, bytes of packed terms)."""
+        count, size = self.conn.execute("SELECT COUNT(*), COALESCE(SUM(length(terms)), 0) FROM chunk_terms").fetchone()
+        return count, size
+
+    def iter_terms(self) -> Iterator[tuple[int, int, bytes]]:
+        return iter(self.conn.execute("SELECT chunk_id, tokens, terms FROM chunk_terms"))
+
     def optimize_fts(self) -> None:
         self.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
 
@@ -391,7 +416,7 @@ class IndexStore:
 
 def companion_paths(path: Path) -> tuple[Path, ...]:
     """The index file and everything that lives and dies with it (the lock file excepted)."""
-    return path, Path(f"{path}-wal"), Path(f"{path}-shm"), cache_path(path)
+    return path, Path(f"{path}-wal"), Path(f"{path}-shm"), vector_cache.cache_path(path), keyword_cache.cache_path(path)
 
 
 def index_size_bytes(path: Path) -> int:

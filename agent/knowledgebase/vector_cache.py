@@ -22,7 +22,6 @@ sqlite-vec until the next rebuild.
 from __future__ import annotations
 
 import functools
-import json
 import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
@@ -32,8 +31,9 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
+from .derived_file import HEADER_BYTES, parse_header, read_header, replacing, write_header
+
 MAGIC = b"HERMESKBVEC1\n"
-HEADER_BYTES = 4096
 EXACT_SCAN_ROWS = 20_000  # below this an exact product costs ~2 ms; the codes would only lose recall
 MIN_SHORTLIST = 1_500  # rows kept by the Hamming pass
 SHORTLIST_FRACTION = 1 / 160  # grows the shortlist with the index: recall@10 0.992 at 1M (0.979 at 1/400)
@@ -118,54 +118,45 @@ def build(path: Path, generation: str, dim: int, count: int,
     """Write the cache from (ids, vectors) batches in any order; memory stays at one batch plus
     the codes and id arrays (72 bytes a row)."""
     layout = _Layout(count, dim)
-    temporary = Path(f"{path}.tmp{os.getpid()}")
     total = np.zeros(dim, dtype=np.float64)
     peak = np.zeros(dim, dtype=np.float32)
     ids = np.empty(count, dtype=np.int64)
     written = 0
-    try:
-        with open(temporary, "wb") as handle:
-            handle.truncate(layout.size)
-            handle.seek(layout.vectors)
-            for batch_ids, block in batches:
-                block = _unit_rows(np.asarray(block, dtype=np.float32))
-                if written + len(block) > count:
-                    raise ValueError("more vectors than announced; the index changed during the rebuild")
-                ids[written:written + len(block)] = batch_ids
-                handle.write(block.tobytes())
-                total += block.sum(axis=0, dtype=np.float64)
-                if len(block):
-                    peak = np.maximum(peak, np.abs(block).max(axis=0))
-                written += len(block)
-            if written != count:
-                raise ValueError("fewer vectors than announced; the index changed during the rebuild")
-            mean = (total / max(count, 1)).astype(np.float32)
-            scale = (np.where(peak == 0, 1, peak) / 127).astype(np.float32)
-            codes = np.empty((layout.words, count), dtype=np.uint64)
-            handle.flush()
-            with open(temporary, "rb") as reader:
-                for begin, block in _read_blocks(reader, layout):
-                    codes[:, begin:begin + len(block)] = _sign_codes(block, mean, layout.words)
-                    handle.seek(layout.quantized + begin * dim)
-                    handle.write(np.clip(np.round(block / scale), -127, 127).astype(np.int8).tobytes())
-            order = np.argsort(ids, kind="stable")
-            handle.seek(layout.ids)
-            handle.write(ids.tobytes())
-            handle.write(ids[order].tobytes())
-            handle.write(order.astype(np.int64).tobytes())
-            handle.seek(layout.mean)
-            handle.write(mean.tobytes())
-            handle.seek(layout.codes)
-            handle.write(codes.tobytes())
-            handle.write(scale.tobytes())
-            handle.seek(0)
-            header = MAGIC + json.dumps({"generation": generation, "count": count, "dim": dim}).encode()
-            handle.write(header.ljust(HEADER_BYTES, b"\n"))
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    with replacing(path) as handle:
+        handle.truncate(layout.size)
+        handle.seek(layout.vectors)
+        for batch_ids, block in batches:
+            block = _unit_rows(np.asarray(block, dtype=np.float32))
+            if written + len(block) > count:
+                raise ValueError("more vectors than announced; the index changed during the rebuild")
+            ids[written:written + len(block)] = batch_ids
+            handle.write(block.tobytes())
+            total += block.sum(axis=0, dtype=np.float64)
+            if len(block):
+                peak = np.maximum(peak, np.abs(block).max(axis=0))
+            written += len(block)
+        if written != count:
+            raise ValueError("fewer vectors than announced; the index changed during the rebuild")
+        mean = (total / max(count, 1)).astype(np.float32)
+        scale = (np.where(peak == 0, 1, peak) / 127).astype(np.float32)
+        codes = np.empty((layout.words, count), dtype=np.uint64)
+        handle.flush()
+        with open(handle.name, "rb") as reader:
+            for begin, block in _read_blocks(reader, layout):
+                codes[:, begin:begin + len(block)] = _sign_codes(block, mean, layout.words)
+                handle.seek(layout.quantized + begin * dim)
+                handle.write(np.clip(np.round(block / scale), -127, 127).astype(np.int8).tobytes())
+        order = np.argsort(ids, kind="stable")
+        handle.seek(layout.ids)
+        handle.write(ids.tobytes())
+        handle.write(ids[order].tobytes())
+        handle.write(order.astype(np.int64).tobytes())
+        handle.seek(layout.mean)
+        handle.write(mean.tobytes())
+        handle.seek(layout.codes)
+        handle.write(codes.tobytes())
+        handle.write(scale.tobytes())
+        write_header(handle, MAGIC, {"generation": generation, "count": count, "dim": dim})
 
 
 def _unit_rows(block: np.ndarray) -> np.ndarray:
@@ -200,17 +191,8 @@ def refresh(store) -> bool:
 
 
 def read_generation(path: Path) -> str | None:
-    try:
-        with open(path, "rb") as handle:
-            header = handle.read(HEADER_BYTES)
-    except OSError:
-        return None
-    if not header.startswith(MAGIC):
-        return None
-    try:
-        return json.loads(header[len(MAGIC):].rstrip(b"\n"))["generation"]
-    except (ValueError, KeyError):
-        return None
+    info = read_header(path, MAGIC)
+    return info["generation"] if info else None
 
 
 class VectorCache:
@@ -218,10 +200,9 @@ class VectorCache:
 
     def __init__(self, path: Path):
         with open(path, "rb") as handle:
-            header = handle.read(HEADER_BYTES)
-        if not header.startswith(MAGIC):
+            info = parse_header(handle.read(HEADER_BYTES), MAGIC)
+        if info is None:
             raise ValueError(f"{path} is not a vector cache")
-        info = json.loads(header[len(MAGIC):].rstrip(b"\n"))
         self.generation: str = info["generation"]
         layout = _Layout(int(info["count"]), int(info["dim"]))
         if path.stat().st_size != layout.size:

@@ -1,0 +1,219 @@
+"""BM25 from a memory-mapped inverted index, so keyword search costs about a millisecond at 100k chunks.
+
+FTS5 ranks by computing bm25() for every row that matches any OR-ed query
+word, about 1 µs a row: 50 ms for a SciFact claim at 100k chunks, 6 ms even
+with the keyword row budget dropping its commonest words. This file holds,
+for every term, the rows that contain it with their BM25 weight already
+computed (FTS5's own formula and constants, so rankings agree), and a query
+adds up a few posting lists with numpy: every query word counts, no budget.
+
+The terms of each chunk are computed once, when the chunk is written, and
+kept in the index (`chunk_terms`), so a rebuild only reads and sorts them.
+FTS5 stays the source of truth: a copy whose generation does not match the
+index is never used, and the search falls back to FTS5 until the rebuild.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import mmap
+import re
+import unicodedata
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterable, Sequence
+
+import numpy as np
+
+from .derived_file import HEADER_BYTES, parse_header, read_header, replacing, write_header
+
+MAGIC = b"HERMESKBKEY1\n"
+K1, B = 1.2, 0.75  # FTS5's bm25() constants; tuning them moved SciFact hybrid nDCG@10 by < 0.002 (docs/benchmarks.md)
+MIN_IDF = 1e-6  # FTS5 floors the IDF of words in more than half the rows here rather than going negative
+MAX_POSTINGS = 16_000_000  # ~160k chunks; building sorts ~36 bytes a posting in memory, so above this FTS5 serves
+_WORD = re.compile(r"[^\W_]+")  # unicode61: letters and digits are word characters, everything else separates
+
+
+@functools.lru_cache(maxsize=1)
+def _stemmer():
+    import Stemmer
+
+    return Stemmer.Stemmer("porter")
+
+
+def words(text: str) -> list[str]:
+    """FTS5's `porter unicode61 remove_diacritics 2` tokenizer in Python: folded, split, stemmed."""
+    text = text.lower()
+    if not text.isascii():
+        text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
+    return _stemmer().stemWords(_WORD.findall(text))
+
+
+def _hash(term: str) -> int:
+    """A 64-bit name for a term: fixed-width keys search with numpy, and collisions are ~2^-64 a pair."""
+    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=8).digest(), "little")
+
+
+def chunk_terms(text: str, heading: str) -> tuple[int, bytes]:
+    """(tokens in the chunk, packed term hashes and counts) for both FTS columns, weighted 1 each as in FTS5."""
+    counts = Counter(words(text))
+    counts.update(words(heading))
+    hashes = np.fromiter((_hash(t) for t in counts), dtype=np.uint64, count=len(counts))
+    frequencies = np.minimum(np.fromiter(counts.values(), dtype=np.int64, count=len(counts)), 65535)
+    return sum(counts.values()), hashes.tobytes() + frequencies.astype(np.uint16).tobytes()
+
+
+def posting_count(packed_bytes: int) -> int:
+    return packed_bytes // 10
+
+
+def cache_path(index_path: Path) -> Path:
+    return Path(f"{index_path}.terms")
+
+
+@dataclass(frozen=True)
+class _Layout:
+    count: int
+    terms: int
+    postings: int
+
+    @property
+    def ids(self) -> int:
+        return HEADER_BYTES
+
+    @property
+    def hashes(self) -> int:
+        return self.ids + 8 * self.count
+
+    @property
+    def offsets(self) -> int:
+        return self.hashes + 8 * self.terms
+
+    @property
+    def rows(self) -> int:
+        return self.offsets + 8 * (self.terms + 1)
+
+    @property
+    def weights(self) -> int:
+        return self.rows + 4 * (self.postings + self.postings % 2)
+
+    @property
+    def size(self) -> int:
+        return self.weights + 4 * self.postings
+
+
+def build(path: Path, generation: str, count: int, postings: int, rows: Iterable[tuple[int, int, bytes]]) -> None:
+    """Write the inverted index from (chunk id, tokens, packed terms) rows."""
+    ids = np.empty(count, dtype=np.int64)
+    lengths = np.empty(count, dtype=np.float64)
+    hashes = np.empty(postings, dtype=np.uint64)
+    frequencies = np.empty(postings, dtype=np.uint16)
+    row_of = np.empty(postings, dtype=np.int32)
+    row = filled = 0
+    for row, (chunk_id, tokens, packed) in enumerate(rows):
+        n = posting_count(len(packed))
+        if row >= count or filled + n > postings:
+            raise ValueError("more terms than announced; the index changed during the rebuild")
+        ids[row], lengths[row] = chunk_id, tokens
+        hashes[filled:filled + n] = np.frombuffer(packed, np.uint64, n)
+        frequencies[filled:filled + n] = np.frombuffer(packed, np.uint16, n, 8 * n)
+        row_of[filled:filled + n] = row
+        filled += n
+    if filled != postings or (count and row != count - 1):
+        raise ValueError("fewer terms than announced; the index changed during the rebuild")
+    order = np.argsort(hashes)
+    hashes, row_of, frequencies = hashes[order], row_of[order], frequencies[order].astype(np.float32)
+    del order
+    starts = np.flatnonzero(np.diff(hashes)) + 1 if postings else np.empty(0, dtype=np.int64)
+    offsets = np.concatenate([[0], starts, [postings]]).astype(np.int64) if postings else np.zeros(1, np.int64)
+    unique = hashes[offsets[:-1]]
+    frequency_of_term = np.diff(offsets)
+    idf = np.maximum(np.log((count - frequency_of_term + 0.5) / (frequency_of_term + 0.5)), MIN_IDF)
+    relative_length = lengths[row_of] / max(lengths.mean() if count else 1.0, 1e-9)
+    weights = (np.repeat(idf, frequency_of_term) * frequencies * (K1 + 1)
+               / (frequencies + K1 * (1 - B + B * relative_length))).astype(np.float32)
+    layout = _Layout(count, len(unique), postings)
+    with replacing(path) as handle:
+        handle.truncate(layout.size)
+        for offset, array in ((layout.ids, ids), (layout.hashes, unique), (layout.offsets, offsets),
+                              (layout.rows, row_of), (layout.weights, weights)):
+            handle.seek(offset)
+            handle.write(array.tobytes())
+        write_header(handle, MAGIC, {"generation": generation, "count": count, "terms": len(unique),
+                                     "postings": postings})
+
+
+def refresh(store) -> bool:
+    """Rebuild the copy of an open IndexStore whose content moved on; True when it was rebuilt.
+
+    Chunks written before `chunk_terms` existed get their terms here, once. The caller holds
+    the writer lock.
+    """
+    path = cache_path(store.path)
+    while missing := store.chunks_without_terms(2000):
+        store.save_terms([(chunk_id, *chunk_terms(text, heading)) for chunk_id, text, heading in missing])
+    with store.snapshot():
+        generation = store.generation()
+        if read_generation(path) == generation:
+            return False
+        count, packed_bytes = store.term_totals()
+        if posting_count(packed_bytes) > MAX_POSTINGS:
+            path.unlink(missing_ok=True)
+            return False
+        build(path, generation, count, posting_count(packed_bytes), store.iter_terms())
+    return True
+
+
+def read_generation(path: Path) -> str | None:
+    info = read_header(path, MAGIC)
+    return info["generation"] if info else None
+
+
+class KeywordCache:
+    """An open inverted index; a query reads only its own terms' posting lists."""
+
+    def __init__(self, path: Path):
+        with open(path, "rb") as handle:
+            info = parse_header(handle.read(HEADER_BYTES), MAGIC)
+            if info is None:
+                raise ValueError(f"{path} is not a keyword cache")
+            layout = _Layout(int(info["count"]), int(info["terms"]), int(info["postings"]))
+            if path.stat().st_size != layout.size:
+                raise ValueError(f"{path} is truncated or from another version")
+            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
+        self.generation: str = info["generation"]
+        self.count = layout.count
+
+        def view(dtype, offset: int, length: int) -> np.ndarray:
+            return np.frombuffer(self._map, dtype, length, offset)
+
+        self.ids = view(np.int64, layout.ids, layout.count)
+        self.hashes = view(np.uint64, layout.hashes, layout.terms)
+        self.offsets = view(np.int64, layout.offsets, layout.terms + 1)
+        self.rows = view(np.int32, layout.rows, layout.postings)
+        self.weights = view(np.float32, layout.weights, layout.postings)
+
+    def search(self, query_words: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """(chunk id, bm25), best first: the ranking FTS5 gives an OR of the same words."""
+        # Words sharing a stem ("cell", "cells") count once each, as FTS5 scores each OR-ed phrase.
+        times = Counter(_hash(t) for word in query_words for t in words(word))
+        wanted = np.array(sorted(times), dtype=np.uint64)
+        if not len(wanted) or not len(self.hashes) or k < 1:
+            return []
+        positions = np.minimum(np.searchsorted(self.hashes, wanted), len(self.hashes) - 1)
+        found = self.hashes[positions] == wanted
+        spans = [(int(self.offsets[p]), int(self.offsets[p + 1]), times[int(h)])
+                 for p, h in zip(positions[found], wanted[found])]
+        if not spans:
+            return []
+        rows = np.concatenate([self.rows[a:b] for a, b, _ in spans])
+        weights = np.concatenate([self.weights[a:b] * n if n > 1 else self.weights[a:b] for a, b, n in spans])
+        scores = np.bincount(rows, weights, minlength=self.count)
+        matched = np.flatnonzero(scores)  # rows are in chunk id order, which breaks ties as FTS5 does
+        if len(matched) > k:
+            kth_best = np.partition(scores[matched], len(matched) - k)[len(matched) - k]
+            matched = matched[scores[matched] >= kth_best]
+        matched = matched[np.argsort(-scores[matched], kind="stable")][:k]
+        return list(zip(self.ids[matched].tolist(), scores[matched].tolist()))

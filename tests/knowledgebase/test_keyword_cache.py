@@ -1,0 +1,143 @@
+import numpy as np
+import pytest
+
+from agent.knowledgebase import keyword_cache
+from agent.knowledgebase.chunker import Chunk
+from agent.knowledgebase.keyword_cache import KeywordCache, cache_path, read_generation, words
+from agent.knowledgebase.retriever import fts_query, query_terms
+from agent.knowledgebase.store import IndexStore, remove_index
+
+TEXT = ("Café owners' NAÏVE résumés: running shoes, foo_bar and 3D-printed cells; "
+        "the connections connected and generalization of apoptosis in 2019.")
+
+
+def random_texts(count: int, seed: int = 5) -> list[tuple[str, str]]:
+    """(text, heading) pairs over a Zipf-like vocabulary, lengths varied so BM25 scores rarely tie."""
+    rng = np.random.default_rng(seed)
+    vocabulary = [f"w{i}" for i in range(300)] + ["kiwi", "mango", "cells", "cell", "running", "protein"]
+    weights = 1 / np.arange(1, len(vocabulary) + 1)
+    weights /= weights.sum()
+    texts = []
+    for _ in range(count):
+        body = " ".join(rng.choice(vocabulary, size=int(rng.integers(5, 80)), p=weights))
+        heading = " ".join(rng.choice(vocabulary, size=int(rng.integers(0, 4))))
+        texts.append((body, heading))
+    return texts
+
+
+def fill(store: IndexStore, texts: list[tuple[str, str]], per_file: int = 25) -> None:
+    for begin in range(0, len(texts), per_file):
+        chunks = [Chunk(t, 0, len(t), i + 1, i + 1, None, h) for i, (t, h) in enumerate(texts[begin:begin + per_file])]
+        store.write_file(f"f{begin}.txt", 1, 1, f"h{begin}", "text", chunks, None)
+
+
+def test_words_are_the_terms_fts5_stores(tmp_path):
+    with IndexStore(tmp_path / "i.sqlite") as store:
+        fill(store, [(TEXT, "")])
+        store.conn.execute("CREATE VIRTUAL TABLE vocabulary USING fts5vocab(chunks_fts, row)")
+        stored = {term for (term,) in store.conn.execute("SELECT term FROM vocabulary")}
+    assert set(words(TEXT)) == stored
+    assert words("Café foo_bar RUNNING 3D") == ["cafe", "foo", "bar", "run", "3d"]
+
+
+def test_the_cache_ranks_exactly_as_fts5_bm25(tmp_path):
+    with IndexStore(tmp_path / "i.sqlite") as store:
+        fill(store, random_texts(400))
+        keyword_cache.refresh(store)
+        cache = KeywordCache(cache_path(store.path))
+        for query in ("kiwi", "mango cells w3", "running protein w1 w2 w250", "kiwi kiwi cell cells", "absent"):
+            terms = query_terms(query)
+            expected = store.keyword(fts_query(terms), 1000)
+            found = cache.search(terms, 1000)
+            assert [i for i, _ in found] == [i for i, _ in expected], query
+            assert np.allclose([s for _, s in found], [s for _, s in expected], rtol=1e-5)
+            assert cache.search(terms, 3) == found[:3]
+
+
+def test_index_runs_keep_the_keyword_cache_current_and_search_uses_it(tmp_path, make_kb, monkeypatch):
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "a.md").write_text("# Alpha\n\nkiwi banana mango smoothie recipe\n")
+    (root / "b.md").write_text("# Beta\n\nrust borrow checker lifetimes\n")
+    kb = make_kb(root)
+    kb.index()
+    index = kb.index_path(kb.config.directories[0])
+    with IndexStore(index) as store:
+        assert read_generation(cache_path(index)) == store.generation()
+    assert kb.status()[0]["keyword_cache"] == "current"
+    searched = []
+    monkeypatch.setattr(KeywordCache, "search", lambda self, *a, _real=KeywordCache.search: searched.append(a) or _real(self, *a))
+    assert kb.search("mango smoothie", mode="keyword").hits[0].path == "a.md"
+    assert searched, "a current cache answers keyword searches"
+
+    # A write outside an index run makes the cache stale: FTS5 answers, still right.
+    searched.clear()
+    (root / "c.md").write_text("# Gamma\n\nsourdough starter hydration\n")
+    stat = (root / "c.md").stat()
+    with IndexStore(index) as store:  # with the file's own stat, so the search does not refresh it inline
+        store.write_file("c.md", stat.st_size, stat.st_mtime_ns, "h", "markdown",
+                         [Chunk("sourdough starter", 0, 1, 1, 1, None, "")], None)
+    assert kb.status()[0]["keyword_cache"] == "stale"
+    assert kb.search("sourdough", mode="keyword").hits[0].path == "c.md"
+    assert not searched
+    kb.index()
+    assert kb.status()[0]["keyword_cache"] == "current"
+    assert kb.search("sourdough hydration", mode="keyword").hits[0].path == "c.md"
+
+    (root / "a.md").unlink()
+    kb.index()
+    assert all(h.path != "a.md" for h in kb.search("kiwi mango", mode="keyword").hits)
+    with IndexStore(index) as store:  # the deleted file's terms went with its chunks
+        assert store.term_totals()[0] == store.counts()["chunks"]
+    assert remove_index(index) and not cache_path(index).exists()
+
+
+def test_chunks_indexed_before_chunk_terms_existed_get_their_terms_once(tmp_path):
+    texts = random_texts(120)
+    with IndexStore(tmp_path / "i.sqlite") as store:
+        fill(store, texts)
+        keyword_cache.refresh(store)
+        before = KeywordCache(cache_path(store.path)).search(["kiwi", "w7"], 50)
+        store.conn.execute("DELETE FROM chunk_terms")  # what an index from the previous version looks like
+        cache_path(store.path).unlink()
+        assert keyword_cache.refresh(store)
+        assert store.term_totals()[0] == 120
+        assert KeywordCache(cache_path(store.path)).search(["kiwi", "w7"], 50) == before
+        assert not keyword_cache.refresh(store)  # nothing moved: no rebuild
+
+
+def test_above_the_posting_limit_fts5_serves_keyword_search(tmp_path, make_kb, monkeypatch):
+    monkeypatch.setattr(keyword_cache, "MAX_POSTINGS", 3)
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "a.md").write_text("kiwi banana mango smoothie recipe\n")
+    kb = make_kb(root)
+    kb.index()
+    assert not cache_path(kb.index_path(kb.config.directories[0])).exists()
+    assert kb.status()[0]["keyword_cache"] == "off"
+    assert kb.search("mango", mode="keyword").hits[0].path == "a.md"
+
+
+def test_a_failed_keyword_cache_rebuild_leaves_the_index_searchable(tmp_path, make_kb, monkeypatch):
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "a.md").write_text("kiwi mango smoothie\n")
+    kb = make_kb(root)
+
+    def disk_full(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(keyword_cache, "build", disk_full)
+    assert kb.index()[0].added == 1
+    assert kb.status()[0]["keyword_cache"] == "stale"
+    assert kb.search("mango", mode="keyword").hits[0].path == "a.md"
+
+
+@pytest.mark.parametrize("count", [0, 1])
+def test_tiny_and_empty_indexes_build(tmp_path, count):
+    with IndexStore(tmp_path / "i.sqlite") as store:
+        fill(store, [("kiwi", "")] * count)
+        keyword_cache.refresh(store)
+        cache = KeywordCache(cache_path(store.path))
+        assert len(cache.search(["kiwi"], 5)) == count
+        assert cache.search(["absent"], 5) == []
