@@ -175,6 +175,9 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
         elif row.get("vector_cache") == "stale" and row.get("vectors"):
             out.print(f"note: {escape(row['name'])}'s vector cache is behind its index, so vector search scans "
                       f"sqlite-vec (slower) until `hermes kb index {escape(row['name'])}` rebuilds it.")
+        if row.get("keyword_cache") == "stale" and row.get("chunks"):
+            out.print(f"note: {escape(row['name'])}'s keyword cache is behind its index, so keyword search uses "
+                      f"FTS5 (slower) until `hermes kb index {escape(row['name'])}` rebuilds it.")
     return 0
 
 
