@@ -39,6 +39,7 @@ MIN_SHORTLIST = 1_500  # rows kept by the Hamming pass
 SHORTLIST_FRACTION = 1 / 160  # grows the shortlist with the index: recall@10 0.992 at 1M (0.979 at 1/400)
 PARALLEL_ROWS = 200_000  # above this the Hamming pass is split over two threads
 RESCORE_ROWS = 200  # shortlist rows re-scored in float32 after the int8 pass (at least 4k)
+MAPPED_FLOAT_BYTES = 256 << 20  # float matrices up to this are read through the mapping; larger ones with pread
 
 
 @functools.lru_cache(maxsize=1)
@@ -286,10 +287,11 @@ class VectorCache:
         return dict(zip(wanted.tolist(), self._float_rows(rows)))
 
     def _float_rows(self, rows: np.ndarray) -> np.ndarray:
-        """Rows of the float32 matrix. Above EXACT_SCAN_ROWS they are read with pread, not through
-        the mapping: the kernel maps 64 KB around every faulted row (fault-around), so a long
-        session would map most of the 1.5 GB matrix at 1M chunks; 200 preads cost ~0.7 ms."""
-        if self.count <= EXACT_SCAN_ROWS:
+        """Rows of the float32 matrix. A large matrix is read with pread, not through the mapping:
+        the kernel maps 64 KB around every faulted row (fault-around), so a long session would map
+        most of the 1.5 GB matrix at 1M chunks. 200 preads cost ~1.3 ms more than the mapping, so
+        a matrix small enough to be mapped whole (150 MB at 100k chunks) is read through it."""
+        if 4 * self.count * self.dim <= MAPPED_FLOAT_BYTES:
             return np.asarray(self.vectors[rows])
         out = np.empty((len(rows), self.dim), dtype=np.float32)
         row_bytes, start = 4 * self.dim, self._layout.vectors

@@ -171,3 +171,17 @@ def test_a_failed_cache_rebuild_leaves_the_index_complete_and_searchable(tmp_pat
     assert summary.added == 1
     assert kb.status()[0]["vector_cache"] == "stale"
     assert kb.search("kiwi mango", mode="vector").hits[0].path == "a.md"
+
+
+def test_rows_read_with_pread_equal_rows_read_through_the_mapping(tmp_path, monkeypatch):
+    monkeypatch.setattr(vector_cache, "EXACT_SCAN_ROWS", 100)
+    vectors = clustered(3000, dim=96)
+    path = tmp_path / "x.vectors"
+    ids = write_cache(path, vectors)
+    cache = VectorCache(path)
+    queries = vectors[:10] + 0.02
+    mapped = [cache.knn(q, 10) for q in queries], cache.vectors_for(ids[:50].tolist())
+    monkeypatch.setattr(vector_cache, "MAPPED_FLOAT_BYTES", 0)  # as for a matrix too large to map
+    read = [cache.knn(q, 10) for q in queries], cache.vectors_for(ids[:50].tolist())
+    assert mapped[0] == read[0]
+    assert all(np.array_equal(mapped[1][i], read[1][i]) for i in mapped[1])
