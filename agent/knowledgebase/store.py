@@ -68,7 +68,10 @@ CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
     INSERT INTO chunks_fts(chunks_fts, rowid, text, heading) VALUES ('delete', old.id, old.text, old.heading);
 END;
 -- Each chunk's stemmed terms, hashed and counted (see keyword_cache): the keyword copy is sorted from these.
-CREATE TABLE IF NOT EXISTS chunk_terms(chunk_id INTEGER PRIMARY KEY, tokens INTEGER NOT NULL, terms BLOB NOT NULL);
+-- `written` is the generation that wrote the row, so a rebuild can merge in only what is newer than its copy.
+CREATE TABLE IF NOT EXISTS chunk_terms(
+    chunk_id INTEGER PRIMARY KEY, tokens INTEGER NOT NULL, terms BLOB NOT NULL, written INTEGER NOT NULL
+);
 CREATE TRIGGER IF NOT EXISTS chunks_terms_ad AFTER DELETE ON chunks BEGIN
     DELETE FROM chunk_terms WHERE chunk_id = old.id;
 END;
@@ -228,10 +231,11 @@ class IndexStore:
             self.conn.execute("DROP TABLE IF EXISTS chunk_vec")
             self.conn.execute("DELETE FROM meta WHERE key IN ('model_id', 'model_variant', 'dimension')")
 
-    def _bump_generation(self) -> None:
+    def _bump_generation(self) -> int:
         """Called inside every transaction that changes chunks or vectors, so copies can tell they are stale."""
         self.conn.execute("INSERT INTO meta(key, value) VALUES ('generation', 1) "
                           "ON CONFLICT(key) DO UPDATE SET value = CAST(value AS INTEGER) + 1")
+        return int(self.meta("generation"))
 
     def generation(self) -> str:
         """Names this index's current content; the creation time keeps a recreated index's count distinct."""
@@ -258,7 +262,7 @@ class IndexStore:
                    chunks: Sequence[Chunk], vectors: np.ndarray | None, error: str | None = None) -> None:
         """Replace everything known about one file, atomically."""
         with self.transaction():
-            self._bump_generation()
+            generation = self._bump_generation()
             row = self.conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
             if row:
                 self._delete_chunks_of([row[0]])
@@ -275,8 +279,8 @@ class IndexStore:
                     "VALUES (?,?,?,?,?,?,?,?,?,?)",
                     (file_id, ord_, chunk.text, chunk.start_char, chunk.end_char, chunk.start_line, chunk.end_line,
                      chunk.page, chunk.heading, chunk.content_hash)).lastrowid
-                self.conn.execute("INSERT INTO chunk_terms(chunk_id, tokens, terms) VALUES (?, ?, ?)",
-                                  (chunk_id, *keyword_cache.chunk_terms(chunk.text, chunk.heading)))
+                self.conn.execute("INSERT INTO chunk_terms(chunk_id, tokens, terms, written) VALUES (?, ?, ?, ?)",
+                                  (chunk_id, *keyword_cache.chunk_terms(chunk.text, chunk.heading), generation))
                 if vectors is not None:
                     self.conn.execute("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)", (chunk_id, _blob(vectors[ord_])))
 
@@ -381,7 +385,9 @@ class IndexStore:
     def save_terms(self, rows: Sequence[tuple[int, int, bytes]]) -> None:
         """Derived data: the generation does not move, since what a search finds does not change."""
         with self.transaction():
-            self.conn.executemany("INSERT OR REPLACE INTO chunk_terms(chunk_id, tokens, terms) VALUES (?, ?, ?)", rows)
+            written = int(self.meta("generation") or 0)
+            self.conn.executemany("INSERT OR REPLACE INTO chunk_terms(chunk_id, tokens, terms, written) VALUES (?, ?, ?, ?)",
+                                  [(*row, written) for row in rows])
 
     def term_totals(self) -> tuple[int, int]:
         """(chunks with terms, bytes of packed terms)."""
@@ -389,7 +395,22 @@ class IndexStore:
         return count, size
 
     def iter_terms(self) -> Iterator[tuple[int, int, bytes]]:
-        return iter(self.conn.execute("SELECT chunk_id, tokens, terms FROM chunk_terms"))
+        return iter(self.conn.execute("SELECT chunk_id, tokens, terms FROM chunk_terms ORDER BY chunk_id"))
+
+    def terms_of(self, chunk_ids: Sequence[int]) -> list[tuple[int, int, bytes]]:
+        """(chunk id, tokens, terms) of the given chunks, in chunk id order."""
+        rows = []
+        for begin in range(0, len(chunk_ids), 500):
+            batch = list(chunk_ids[begin:begin + 500])
+            rows += self.conn.execute(f"SELECT chunk_id, tokens, terms FROM chunk_terms WHERE chunk_id IN "
+                                      f"({','.join('?' * len(batch))})", batch).fetchall()
+        return sorted(rows)
+
+    def term_lengths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(chunk ids ascending, their token counts, the generation that wrote each)."""
+        rows = self.conn.execute("SELECT chunk_id, tokens, written FROM chunk_terms ORDER BY chunk_id").fetchall()
+        table = np.array(rows, dtype=np.int64).reshape(-1, 3)
+        return table[:, 0], table[:, 1].astype(np.float64), table[:, 2]
 
     def optimize_fts(self) -> None:
         self.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")

@@ -141,3 +141,36 @@ def test_tiny_and_empty_indexes_build(tmp_path, count):
         cache = KeywordCache(cache_path(store.path))
         assert len(cache.search(["kiwi"], 5)) == count
         assert cache.search(["absent"], 5) == []
+
+
+def postings_of(cache: KeywordCache) -> list[tuple[int, int, int, float]]:
+    """Every posting as (term hash, chunk id, count, weight), in a canonical order."""
+    hashes = np.repeat(cache.hashes, np.diff(cache.offsets))
+    return sorted(zip(hashes.tolist(), cache.ids[cache.rows].tolist(), cache.counts.tolist(),
+                      np.round(cache.weights, 4).tolist()))
+
+
+def test_an_incremental_rebuild_equals_a_full_one(tmp_path, monkeypatch):
+    texts = random_texts(600, seed=9)
+    rng = np.random.default_rng(2)
+    with IndexStore(tmp_path / "i.sqlite") as store:
+        fill(store, texts[:300])
+        keyword_cache.refresh(store)
+        full = tmp_path / "full.terms"
+        monkeypatch.setattr(keyword_cache, "build", lambda *a: pytest.fail("a small change must not re-sort everything"))
+        for step in range(6):
+            files = sorted(store.files())
+            store.delete_files([files[-1], *rng.choice(files[:-1], 2, replace=False).tolist()])  # the last: ids get reused
+            for n in range(3):
+                begin = int(rng.integers(300, 590))
+                chunks = [Chunk(t, 0, len(t), i + 1, i + 1, None, h) for i, (t, h) in enumerate(texts[begin:begin + 10])]
+                store.write_file(f"new{step}-{n}.txt", 1, 1, "h", "text", chunks, None)
+            assert keyword_cache.refresh(store)
+            with store.snapshot():
+                keyword_cache._write(full, store.generation(), keyword_cache._collect(store.iter_terms()))
+            merged, rebuilt = KeywordCache(cache_path(store.path)), KeywordCache(full)
+            assert merged.generation == rebuilt.generation
+            assert np.array_equal(merged.ids, rebuilt.ids) and np.array_equal(merged.hashes, rebuilt.hashes)
+            assert postings_of(merged) == postings_of(rebuilt)
+            for query in (["kiwi"], ["mango", "cells", "w3"], ["w1", "w40", "protein"]):
+                assert merged.search(query, 20) == rebuilt.search(query, 20)
