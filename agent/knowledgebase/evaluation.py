@@ -152,7 +152,8 @@ def evaluate(dataset_dir: Path, config: KnowledgebaseConfig, hermes_home: Path, 
              limit: int | None = None, systems: tuple[str, ...] = tuple(SYSTEMS),
              embedder_factory: Callable[[], Embedder] | None = None,
              on_progress: Callable[[str], None] = lambda message: None) -> EvaluationReport:
-    from ranx import Qrels, Run, evaluate as ranx_evaluate  # heavy (numba); only for evaluation
+    from ranx import Qrels, Run  # heavy (numba); only for evaluation
+    from ranx import evaluate as ranx_evaluate
 
     dataset = load_dataset(dataset_dir, split)
     if limit:
