@@ -162,8 +162,8 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
     # Embedding the query on a second thread while FTS5 runs was measured: on 2 cores the two
     # slow each other down as much as they overlap (hybrid p50 at 100k chunks 20.3 ms vs 19.4 ms).
     for source in sources if use_keyword else ():
-        # One FTS pass ranks deeper than the pool: the rows past the pool are not candidates,
-        # but they give vector candidates their bm25 without a second MATCH.
+        # One keyword pass ranks deeper than the pool: the rows past the pool are not candidates,
+        # but they give vector candidates their bm25 without a second search.
         depth = max(pool, KEYWORD_SCORE_DEPTH) if options.mode == "hybrid" else pool
         if source.keywords:
             keyword_scores = source.keywords.search(terms, depth)

@@ -22,7 +22,8 @@ BUILTIN_EXCLUDES = (
     "build/", "dist/", "target/", ".next/", ".cache/", "*.egg-info/", ".idea/",
     "*.pyc", "*.pyo", ".DS_Store",
     # An index may live inside the directory it describes; never index ourselves.
-    "*.sqlite", "*.sqlite-wal", "*.sqlite-shm", "*.sqlite.lock", "*.sqlite.vectors", "*.sqlite.vectors.tmp*", "*.sqlite.terms", "*.sqlite.terms.tmp*",
+    "*.sqlite", "*.sqlite-wal", "*.sqlite-shm", "*.sqlite.lock",
+    "*.sqlite.vectors", "*.sqlite.vectors.tmp*", "*.sqlite.terms", "*.sqlite.terms.tmp*",
 )
 
 KINDS = {

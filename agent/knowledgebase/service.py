@@ -161,7 +161,7 @@ class KnowledgeBase:
             self._readers[key] = ((st.st_dev, st.st_ino), store)
         return store
 
-    def _copy(self, kind: str, index_path: Path, store: IndexStore):
+    def _copy(self, kind: str, index_path: Path, store: IndexStore) -> VectorCache | KeywordCache | None:
         """The memory-mapped copy of this index's vectors or terms if it matches the snapshot being read."""
         module, opener = DERIVED_COPIES[kind]
         generation = store.generation()
