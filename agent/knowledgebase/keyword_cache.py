@@ -8,7 +8,8 @@ computed (FTS5's own formula and constants, so rankings agree), and a query
 adds up a few posting lists with numpy: every query word counts, no budget.
 
 The terms of each chunk are computed once, when the chunk is written, and
-kept in the index (`chunk_terms`), so a rebuild only reads and sorts them.
+kept in the index (`chunk_terms`), so a first build only reads and sorts
+them, and later ones merge in only the chunks written since.
 FTS5 stays the source of truth: a copy whose generation does not match the
 index is never used, and the search falls back to FTS5 until the rebuild.
 """
@@ -30,7 +31,7 @@ import numpy as np
 from .derived_file import HEADER_BYTES, parse_header, read_header, replacing, write_header
 
 MAGIC = b"HERMESKBKEY1\n"
-K1, B = 1.2, 0.75  # FTS5's bm25() constants; tuning them moved SciFact hybrid nDCG@10 by < 0.002 (docs/benchmarks.md)
+K1, B = 1.2, 0.75  # FTS5's bm25() constants; no other pair won on both SciFact splits (benchmarks/tune_keyword.py)
 MIN_IDF = 1e-6  # FTS5 floors the IDF of words in more than half the rows here rather than going negative
 MAX_POSTINGS = 12_000_000  # ~150k chunks of prose; building holds ~50 bytes a posting, so above this FTS5 serves
 _WORD = re.compile(r"[^\W_]+")  # unicode61: letters and digits are word characters, everything else separates
