@@ -35,7 +35,7 @@ def write_header(handle: BinaryIO, magic: bytes, info: dict) -> None:
     handle.write((magic + json.dumps(info).encode()).ljust(HEADER_BYTES, b"\n"))
 
 
-def parse_header(header: bytes, magic: bytes) -> dict | None:
+def _parse_header(header: bytes, magic: bytes) -> dict | None:
     if not header.startswith(magic):
         return None
     try:
@@ -45,9 +45,19 @@ def parse_header(header: bytes, magic: bytes) -> dict | None:
     return info if isinstance(info, dict) and "generation" in info else None
 
 
-def read_header(path: Path, magic: bytes) -> dict | None:
+def read_generation(path: Path, magic: bytes) -> str | None:
+    """The generation a copy was built from; None when it is missing or not such a copy."""
     try:
         with open(path, "rb") as handle:
-            return parse_header(handle.read(HEADER_BYTES), magic)
+            info = _parse_header(handle.read(HEADER_BYTES), magic)
     except OSError:
         return None
+    return info["generation"] if info else None
+
+
+def required_header(handle: BinaryIO, magic: bytes, what: str) -> dict:
+    """The header of an open copy, or ValueError: the caller then falls back to the index itself."""
+    info = _parse_header(handle.read(HEADER_BYTES), magic)
+    if info is None:
+        raise ValueError(f"{handle.name} is not a {what}")
+    return info

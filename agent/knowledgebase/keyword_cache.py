@@ -28,7 +28,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-from .derived_file import HEADER_BYTES, parse_header, read_header, replacing, write_header
+from . import derived_file
+from .derived_file import HEADER_BYTES, replacing, write_header
 
 MAGIC = b"HERMESKBKEY1\n"
 K1, B = 1.2, 0.75  # FTS5's bm25() constants; no other pair won on both SciFact splits (benchmarks/tune_keyword.py)
@@ -198,8 +199,7 @@ def _previous_copy(path: Path, generation: str) -> "KeywordCache | None":
 
 
 def read_generation(path: Path) -> str | None:
-    info = read_header(path, MAGIC)
-    return info["generation"] if info else None
+    return derived_file.read_generation(path, MAGIC)
 
 
 class KeywordCache:
@@ -207,9 +207,7 @@ class KeywordCache:
 
     def __init__(self, path: Path):
         with open(path, "rb") as handle:
-            info = parse_header(handle.read(HEADER_BYTES), MAGIC)
-            if info is None:
-                raise ValueError(f"{path} is not a keyword cache")
+            info = derived_file.required_header(handle, MAGIC, "keyword cache")
             places, size = _layout(int(info["count"]), int(info["terms"]), int(info["postings"]))
             if path.stat().st_size != size:
                 raise ValueError(f"{path} is truncated or from another version")

@@ -31,7 +31,8 @@ from typing import Iterable, Iterator
 
 import numpy as np
 
-from .derived_file import HEADER_BYTES, parse_header, read_header, replacing, write_header
+from . import derived_file
+from .derived_file import HEADER_BYTES, replacing, write_header
 
 MAGIC = b"HERMESKBVEC1\n"
 EXACT_SCAN_ROWS = 20_000  # below this an exact product costs ~2 ms; the codes would only lose recall
@@ -192,8 +193,7 @@ def refresh(store) -> bool:
 
 
 def read_generation(path: Path) -> str | None:
-    info = read_header(path, MAGIC)
-    return info["generation"] if info else None
+    return derived_file.read_generation(path, MAGIC)
 
 
 class VectorCache:
@@ -201,9 +201,7 @@ class VectorCache:
 
     def __init__(self, path: Path):
         with open(path, "rb") as handle:
-            info = parse_header(handle.read(HEADER_BYTES), MAGIC)
-        if info is None:
-            raise ValueError(f"{path} is not a vector cache")
+            info = derived_file.required_header(handle, MAGIC, "vector cache")
         self.generation: str = info["generation"]
         layout = _Layout(int(info["count"]), int(info["dim"]))
         if path.stat().st_size != layout.size:
