@@ -181,7 +181,7 @@ def refresh(store) -> bool:
             build(path, generation, store.iter_terms())
             return True
         ids, tokens, written = store.term_lengths()
-        changed = ids[(written > int(previous.generation.rsplit(":", 1)[1])) | ~np.isin(ids, previous.ids)]
+        changed = ids[(written > _counter(previous.generation)) | ~np.isin(ids, previous.ids)]
         if len(changed) > len(ids) // 2:
             build(path, generation, store.iter_terms())
         else:
@@ -189,13 +189,20 @@ def refresh(store) -> bool:
     return True
 
 
+def _counter(generation: str) -> int:
+    return int(generation.rsplit(":", 1)[1])
+
+
 def _previous_copy(path: Path, generation: str) -> "KeywordCache | None":
-    """The copy on disk if it was built from an earlier state of this same index (not a recreated one)."""
+    """The copy on disk if it was built from an earlier state of this same index: not a recreated
+    index, and not a later state (an index file restored from a backup), whose `written` marks
+    could not tell what changed."""
     try:
         previous = KeywordCache(path)
     except (OSError, ValueError):
         return None
-    return previous if previous.generation.rsplit(":", 1)[0] == generation.rsplit(":", 1)[0] else None
+    same_index = previous.generation.rsplit(":", 1)[0] == generation.rsplit(":", 1)[0]
+    return previous if same_index and _counter(previous.generation) < _counter(generation) else None
 
 
 def read_generation(path: Path) -> str | None:

@@ -174,3 +174,28 @@ def test_an_incremental_rebuild_equals_a_full_one(tmp_path, monkeypatch):
             assert postings_of(merged) == postings_of(rebuilt)
             for query in (["kiwi"], ["mango", "cells", "w3"], ["w1", "w40", "protein"]):
                 assert merged.search(query, 20) == rebuilt.search(query, 20)
+
+
+def test_a_copy_newer_than_its_index_is_rebuilt_from_scratch(tmp_path):
+    """An index file restored from a backup goes back in generations; the copy beside it is ahead,
+    and the chunk ids it knows are handed out again for other text."""
+    texts = random_texts(100, seed=4)
+    index = tmp_path / "i.sqlite"
+
+    def write(store, name, part):
+        store.write_file(name, 1, 1, name, "text", [Chunk(t, 0, 1, 1, 1, None, h) for t, h in part], None)
+
+    with IndexStore(index) as store:
+        fill(store, texts[:80])
+    backup = index.read_bytes()
+    with IndexStore(index) as store:
+        write(store, "extra1.txt", texts[80:85])
+        write(store, "extra2.txt", texts[85:90])
+        keyword_cache.refresh(store)
+    index.write_bytes(backup)
+    with IndexStore(index) as store:
+        write(store, "other.txt", texts[90:95])  # reuses the ids extra1.txt had in the copy
+        assert keyword_cache.refresh(store)
+        with store.snapshot():
+            keyword_cache._write(tmp_path / "full.terms", store.generation(), keyword_cache._collect(store.iter_terms()))
+    assert postings_of(KeywordCache(cache_path(index))) == postings_of(KeywordCache(tmp_path / "full.terms"))
