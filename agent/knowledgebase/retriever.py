@@ -1,7 +1,7 @@
 """Hybrid search over one or more indexes as a single union.
 
 Every candidate gets both scores: a keyword-only hit has its cosine computed
-from its stored vector, and a vector-only hit its bm25 from FTS, so fusion
+from its stored vector, and a vector-only hit its bm25 from the keyword pass, so fusion
 compares like with like instead of treating "not in the other top-k" as zero.
 """
 
