@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import mmap
 import re
 import unicodedata
 from collections import Counter
@@ -29,7 +28,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 from . import derived_file
-from .derived_file import HEADER_BYTES, replacing, write_header
+from .derived_file import replacing, write_header
 
 MAGIC = b"HERMESKBKEY1\n"
 K1, B = 1.2, 0.75  # FTS5's bm25() constants; no other pair won on both SciFact splits (benchmarks/tune_keyword.py)
@@ -76,20 +75,20 @@ def posting_count(packed_bytes: int) -> int:
     return packed_bytes // _TERM_RECORD.itemsize
 
 
+def over_limit(store) -> bool:
+    """True when the index has too many postings to sort in memory: FTS5 then serves keyword search."""
+    return posting_count(store.term_totals()[1]) > MAX_POSTINGS
+
+
 def cache_path(index_path: Path) -> Path:
     return Path(f"{index_path}.terms")
 
 
-def _layout(count: int, terms: int, postings: int) -> tuple[dict[str, tuple[int, np.dtype, int]], int]:
-    """Where each array lives in the file: name -> (offset, dtype, length); and the file size."""
-    arrays = {"ids": (np.int64, count), "tokens": (np.float64, count), "hashes": (np.uint64, terms),
-              "offsets": (np.int64, terms + 1), "rows": (np.int32, postings), "weights": (np.float32, postings),
-              "counts": (np.uint16, postings)}
-    places, offset = {}, HEADER_BYTES
-    for name, (dtype, length) in arrays.items():
-        places[name] = (offset, np.dtype(dtype), length)
-        offset += -(-np.dtype(dtype).itemsize * length // 8) * 8  # each array starts 8-byte aligned
-    return places, offset
+def _places(count: int, terms: int, postings: int) -> tuple[derived_file.Places, int]:
+    return derived_file.layout({
+        "ids": (np.int64, count), "tokens": (np.float64, count), "hashes": (np.uint64, terms),
+        "offsets": (np.int64, terms + 1), "rows": (np.int32, postings), "weights": (np.float32, postings),
+        "counts": (np.uint16, postings)})
 
 
 @dataclass
@@ -143,7 +142,7 @@ def _write(path: Path, generation: str, postings: _Postings) -> None:
                / (frequencies + K1 * (1 - B + B * relative_length))).astype(np.float32)
     arrays = {"ids": postings.ids, "tokens": postings.tokens, "hashes": postings.hashes[offsets[:-1]],
               "offsets": offsets, "rows": postings.rows, "weights": weights, "counts": postings.counts}
-    places, size = _layout(count, len(offsets) - 1, total)
+    places, size = _places(count, len(offsets) - 1, total)
     with replacing(path) as handle:
         handle.truncate(size)
         for name, (offset, dtype, _) in places.items():
@@ -167,13 +166,15 @@ def refresh(store) -> bool:
     The caller holds the writer lock.
     """
     path = cache_path(store.path)
+    if read_generation(path) == store.generation():
+        return False  # built from this very content, so no chunk can lack its terms either
     while missing := store.chunks_without_terms(2000):
         store.save_terms([(chunk_id, *chunk_terms(text, heading)) for chunk_id, text, heading in missing])
     with store.snapshot():
         generation = store.generation()
         if read_generation(path) == generation:
             return False
-        if posting_count(store.term_totals()[1]) > MAX_POSTINGS:
+        if over_limit(store):
             path.unlink(missing_ok=True)
             return False
         previous = _previous_copy(path, generation)
@@ -213,15 +214,12 @@ class KeywordCache:
     """An open inverted index; a query reads only its own terms' posting lists."""
 
     def __init__(self, path: Path):
-        with open(path, "rb") as handle:
-            info = derived_file.required_header(handle, MAGIC, "keyword cache")
-            places, size = _layout(int(info["count"]), int(info["terms"]), int(info["postings"]))
-            if path.stat().st_size != size:
-                raise ValueError(f"{path} is truncated or from another version")
-            self._map = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
-        self.generation: str = info["generation"]
-        self.count = int(info["count"])
-        arrays = {name: np.frombuffer(self._map, dtype, length, offset) for name, (offset, dtype, length) in places.items()}
+        mapped = derived_file.open_mapped(path, MAGIC, "keyword cache",
+                                          lambda info: _places(int(info["count"]), int(info["terms"]), int(info["postings"])))
+        mapped.file.close()  # the mapping keeps its own reference; searches never pread
+        self.generation: str = mapped.info["generation"]
+        self.count = int(mapped.info["count"])
+        arrays = mapped.arrays
         self.ids, self.hashes, self.offsets = arrays["ids"], arrays["hashes"], arrays["offsets"]
         self.rows, self.weights, self.counts = arrays["rows"], arrays["weights"], arrays["counts"]
 

@@ -284,8 +284,8 @@ class KnowledgeBase:
                     row["vector_search"] = self._refusal(directory, store) or "ok"
                     for kind, (module, _) in DERIVED_COPIES.items():
                         row[kind] = "current" if module.read_generation(module.cache_path(path)) == store.generation() else "stale"
-                    if row["keyword_cache"] == "stale" and keyword_cache.posting_count(store.term_totals()[1]) > keyword_cache.MAX_POSTINGS:
-                        row["keyword_cache"] = "off"  # too large to sort in memory: FTS5 serves every keyword search
+                    if row["keyword_cache"] == "stale" and keyword_cache.over_limit(store):
+                        row["keyword_cache"] = "off"
                 updated = float(meta.get("updated_at", 0) or 0)
                 row["last_indexed"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(updated)) if updated else None
                 row["size_bytes"] = index_size_bytes(path)

@@ -22,17 +22,15 @@ sqlite-vec until the next rebuild.
 from __future__ import annotations
 
 import functools
-import mmap
 import os
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
 
 import numpy as np
 
 from . import derived_file
-from .derived_file import HEADER_BYTES, replacing, write_header
+from .derived_file import replacing, write_header
 
 MAGIC = b"HERMESKBVEC1\n"
 EXACT_SCAN_ROWS = 20_000  # below this an exact product costs ~2 ms; the codes would only lose recall
@@ -56,55 +54,15 @@ def cache_path(index_path: Path) -> Path:
     return Path(f"{index_path}.vectors")
 
 
-@dataclass(frozen=True)
-class _Layout:
-    count: int
-    dim: int
+def _words(dim: int) -> int:
+    return (dim + 63) // 64
 
-    @property
-    def words(self) -> int:
-        return (self.dim + 63) // 64
 
-    @property
-    def floats(self) -> int:
-        """Bytes of one dim-long float32 array (mean, scale), padded to keep 8-byte alignment."""
-        return 8 * ((self.dim + 1) // 2)
-
-    @property
-    def ids(self) -> int:
-        return HEADER_BYTES
-
-    @property
-    def sorted_ids(self) -> int:
-        return self.ids + 8 * self.count
-
-    @property
-    def sorted_rows(self) -> int:
-        return self.sorted_ids + 8 * self.count
-
-    @property
-    def vectors(self) -> int:
-        return self.sorted_rows + 8 * self.count
-
-    @property
-    def mean(self) -> int:
-        return self.vectors + 4 * self.count * self.dim
-
-    @property
-    def codes(self) -> int:
-        return self.mean + self.floats
-
-    @property
-    def scale(self) -> int:
-        return self.codes + 8 * self.words * self.count
-
-    @property
-    def quantized(self) -> int:
-        return self.scale + self.floats
-
-    @property
-    def size(self) -> int:
-        return self.quantized + self.count * self.dim
+def _places(count: int, dim: int) -> tuple[derived_file.Places, int]:
+    return derived_file.layout({
+        "ids": (np.int64, count), "sorted_ids": (np.int64, count), "sorted_rows": (np.int64, count),
+        "vectors": (np.float32, count * dim), "mean": (np.float32, dim), "codes": (np.uint64, _words(dim) * count),
+        "scale": (np.float32, dim), "quantized": (np.int8, count * dim)})
 
 
 def _sign_codes(block: np.ndarray, mean: np.ndarray, words: int) -> np.ndarray:
@@ -119,14 +77,16 @@ def build(path: Path, generation: str, dim: int, count: int,
           batches: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
     """Write the cache from (ids, vectors) batches in any order; memory stays at one batch plus
     the codes and id arrays (72 bytes a row)."""
-    layout = _Layout(count, dim)
+    places, size = _places(count, dim)
+    at = {name: place[0] for name, place in places.items()}
+    words = _words(dim)
     total = np.zeros(dim, dtype=np.float64)
     peak = np.zeros(dim, dtype=np.float32)
     ids = np.empty(count, dtype=np.int64)
     written = 0
     with replacing(path) as handle:
-        handle.truncate(layout.size)
-        handle.seek(layout.vectors)
+        handle.truncate(size)
+        handle.seek(at["vectors"])
         for batch_ids, block in batches:
             block = _unit_rows(np.asarray(block, dtype=np.float32))
             if written + len(block) > count:
@@ -141,22 +101,23 @@ def build(path: Path, generation: str, dim: int, count: int,
             raise ValueError("fewer vectors than announced; the index changed during the rebuild")
         mean = (total / max(count, 1)).astype(np.float32)
         scale = (np.where(peak == 0, 1, peak) / 127).astype(np.float32)
-        codes = np.empty((layout.words, count), dtype=np.uint64)
+        codes = np.empty((words, count), dtype=np.uint64)
         handle.flush()
         with open(handle.name, "rb") as reader:
-            for begin, block in _read_blocks(reader, layout):
-                codes[:, begin:begin + len(block)] = _sign_codes(block, mean, layout.words)
-                handle.seek(layout.quantized + begin * dim)
+            for begin, block in _read_blocks(reader, at["vectors"], count, dim):
+                codes[:, begin:begin + len(block)] = _sign_codes(block, mean, words)
+                handle.seek(at["quantized"] + begin * dim)
                 handle.write(np.clip(np.round(block / scale), -127, 127).astype(np.int8).tobytes())
         order = np.argsort(ids, kind="stable")
-        handle.seek(layout.ids)
+        handle.seek(at["ids"])
         handle.write(ids.tobytes())
         handle.write(ids[order].tobytes())
         handle.write(order.astype(np.int64).tobytes())
-        handle.seek(layout.mean)
+        handle.seek(at["mean"])
         handle.write(mean.tobytes())
-        handle.seek(layout.codes)
+        handle.seek(at["codes"])
         handle.write(codes.tobytes())
+        handle.seek(at["scale"])
         handle.write(scale.tobytes())
         write_header(handle, MAGIC, {"generation": generation, "count": count, "dim": dim})
 
@@ -166,12 +127,12 @@ def _unit_rows(block: np.ndarray) -> np.ndarray:
     return block / np.where(norms == 0, 1, norms)
 
 
-def _read_blocks(reader, layout: _Layout, rows: int = 8192) -> Iterator[tuple[int, np.ndarray]]:
+def _read_blocks(reader, start: int, count: int, dim: int, rows: int = 8192) -> Iterator[tuple[int, np.ndarray]]:
     """The matrix back in blocks through read(), not a mapping, so building leaves no pages mapped."""
-    reader.seek(layout.vectors)
-    for begin in range(0, layout.count, rows):
-        n = min(rows, layout.count - begin)
-        yield begin, np.frombuffer(reader.read(4 * n * layout.dim), dtype=np.float32).reshape(n, layout.dim)
+    reader.seek(start)
+    for begin in range(0, count, rows):
+        n = min(rows, count - begin)
+        yield begin, np.frombuffer(reader.read(4 * n * dim), dtype=np.float32).reshape(n, dim)
 
 
 def refresh(store) -> bool:
@@ -200,32 +161,18 @@ class VectorCache:
     """An open cache file. Cheap to keep open: only the codes are read in full per query."""
 
     def __init__(self, path: Path):
-        with open(path, "rb") as handle:
-            info = derived_file.required_header(handle, MAGIC, "vector cache")
-        self.generation: str = info["generation"]
-        layout = _Layout(int(info["count"]), int(info["dim"]))
-        if path.stat().st_size != layout.size:
-            raise ValueError(f"{path} is truncated or from another version")
-        self.count, self.dim = layout.count, layout.dim
-        if layout.count == 0:
-            self.ids = np.empty(0, dtype=np.int64)
-            return
-        # Plain arrays over one mapping: np.memmap's subclass costs ~50 µs per indexing.
-        self._file = open(path, "rb")  # noqa: SIM115 - lives as long as the cache, for pread()
-        self._map = mmap.mmap(self._file.fileno(), 0, access=mmap.ACCESS_READ)
-        self._layout = layout
-
-        def view(dtype, offset: int, shape: tuple[int, ...]) -> np.ndarray:
-            return np.frombuffer(self._map, dtype, int(np.prod(shape)), offset).reshape(shape)
-
-        self.ids = view(np.int64, layout.ids, (layout.count,))
-        self.sorted_ids = view(np.int64, layout.sorted_ids, (layout.count,))
-        self.sorted_rows = view(np.int64, layout.sorted_rows, (layout.count,))
-        self.vectors = view(np.float32, layout.vectors, (layout.count, layout.dim))
-        self.mean = view(np.float32, layout.mean, (layout.dim,)).copy()
-        self.codes = view(np.uint64, layout.codes, (layout.words, layout.count))
-        self.scale = view(np.float32, layout.scale, (layout.dim,)).copy()
-        self.quantized = view(np.int8, layout.quantized, (layout.count, layout.dim))
+        mapped = derived_file.open_mapped(path, MAGIC, "vector cache",
+                                          lambda info: _places(int(info["count"]), int(info["dim"])))
+        self._file = mapped.file  # for pread()
+        self._vectors_at = mapped.places["vectors"][0]
+        self.generation: str = mapped.info["generation"]
+        self.count, self.dim = int(mapped.info["count"]), int(mapped.info["dim"])
+        arrays = mapped.arrays
+        self.ids, self.sorted_ids, self.sorted_rows = arrays["ids"], arrays["sorted_ids"], arrays["sorted_rows"]
+        self.vectors = arrays["vectors"].reshape(self.count, self.dim)
+        self.mean, self.scale = arrays["mean"].copy(), arrays["scale"].copy()
+        self.codes = arrays["codes"].reshape(_words(self.dim), self.count)
+        self.quantized = arrays["quantized"].reshape(self.count, self.dim)
 
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
         """(chunk id, cosine similarity), best first; exact up to EXACT_SCAN_ROWS rows."""
@@ -292,7 +239,7 @@ class VectorCache:
         if 4 * self.count * self.dim <= MAPPED_FLOAT_BYTES:
             return np.asarray(self.vectors[rows])
         out = np.empty((len(rows), self.dim), dtype=np.float32)
-        row_bytes, start = 4 * self.dim, self._layout.vectors
+        row_bytes, start = 4 * self.dim, self._vectors_at
         for i, row in enumerate(rows.tolist()):
             os.preadv(self._file.fileno(), [out[i]], start + row * row_bytes)
         return out
