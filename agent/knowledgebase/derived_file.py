@@ -61,14 +61,24 @@ def _parse_header(header: bytes, magic: bytes) -> dict | None:
     return info if isinstance(info, dict) and "generation" in info else None
 
 
-def read_generation(path: Path, magic: bytes) -> str | None:
-    """The generation a copy was built from; None when it is missing or not such a copy."""
+def read_generation(path: Path, magic: bytes, places_of: Callable[[dict], tuple[Places, int]]) -> str | None:
+    """The generation a copy was built from; None when it is missing, not such a copy, or not the size its
+    header implies (a layout from another version, or a damaged file), so that it is rebuilt rather than trusted."""
     try:
         with open(path, "rb") as handle:
             info = _parse_header(handle.read(HEADER_BYTES), magic)
+            if info is None or os.fstat(handle.fileno()).st_size != _size(info, places_of):
+                return None
     except OSError:
         return None
-    return info["generation"] if info else None
+    return info["generation"]
+
+
+def _size(info: dict, places_of: Callable[[dict], tuple[Places, int]]) -> int | None:
+    try:
+        return places_of(info)[1]
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 @dataclass
@@ -88,9 +98,10 @@ def open_mapped(path: Path, magic: bytes, what: str, places_of: Callable[[dict],
         info = _parse_header(handle.read(HEADER_BYTES), magic)
         if info is None:
             raise ValueError(f"{path} is not a {what}")
-        places, size = places_of(info)
-        if os.fstat(handle.fileno()).st_size != size:
+        size = _size(info, places_of)
+        if size is None or os.fstat(handle.fileno()).st_size != size:
             raise ValueError(f"{path} is truncated or from another version")
+        places, _ = places_of(info)
         mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     except BaseException:
         handle.close()

@@ -91,6 +91,10 @@ def _places(count: int, terms: int, postings: int) -> tuple[derived_file.Places,
         "counts": (np.uint16, postings)})
 
 
+def _places_of(info: dict) -> tuple[derived_file.Places, int]:
+    return _places(int(info["count"]), int(info["terms"]), int(info["postings"]))
+
+
 @dataclass
 class _Postings:
     """Every posting sorted by term hash, and the per-chunk arrays its rows point into (ids ascending)."""
@@ -207,15 +211,14 @@ def _previous_copy(path: Path, generation: str) -> "KeywordCache | None":
 
 
 def read_generation(path: Path) -> str | None:
-    return derived_file.read_generation(path, MAGIC)
+    return derived_file.read_generation(path, MAGIC, _places_of)
 
 
 class KeywordCache:
     """An open inverted index; a query reads only its own terms' posting lists."""
 
     def __init__(self, path: Path):
-        mapped = derived_file.open_mapped(path, MAGIC, "keyword cache",
-                                          lambda info: _places(int(info["count"]), int(info["terms"]), int(info["postings"])))
+        mapped = derived_file.open_mapped(path, MAGIC, "keyword cache", _places_of)
         mapped.file.close()  # the mapping keeps its own reference; searches never pread
         self.generation: str = mapped.info["generation"]
         self.count = int(mapped.info["count"])

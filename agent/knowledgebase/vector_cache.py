@@ -65,6 +65,10 @@ def _places(count: int, dim: int) -> tuple[derived_file.Places, int]:
         "scale": (np.float32, dim), "quantized": (np.int8, count * dim)})
 
 
+def _places_of(info: dict) -> tuple[derived_file.Places, int]:
+    return _places(int(info["count"]), int(info["dim"]))
+
+
 def _sign_codes(block: np.ndarray, mean: np.ndarray, words: int) -> np.ndarray:
     """(words, rows) uint64: bit set where a component is above the corpus mean."""
     bits = np.packbits(block > mean, axis=1)
@@ -154,15 +158,14 @@ def refresh(store) -> bool:
 
 
 def read_generation(path: Path) -> str | None:
-    return derived_file.read_generation(path, MAGIC)
+    return derived_file.read_generation(path, MAGIC, _places_of)
 
 
 class VectorCache:
     """An open cache file. Cheap to keep open: only the codes are read in full per query."""
 
     def __init__(self, path: Path):
-        mapped = derived_file.open_mapped(path, MAGIC, "vector cache",
-                                          lambda info: _places(int(info["count"]), int(info["dim"])))
+        mapped = derived_file.open_mapped(path, MAGIC, "vector cache", _places_of)
         self._file = mapped.file  # for pread()
         self._vectors_at = mapped.places["vectors"][0]
         self.generation: str = mapped.info["generation"]

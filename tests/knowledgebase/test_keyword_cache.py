@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from agent.knowledgebase import keyword_cache
+from agent.knowledgebase import keyword_cache, vector_cache
 from agent.knowledgebase.chunker import Chunk
 from agent.knowledgebase.keyword_cache import KeywordCache, cache_path, read_generation, words
 from agent.knowledgebase.retriever import fts_query, query_terms
@@ -199,3 +199,22 @@ def test_a_copy_newer_than_its_index_is_rebuilt_from_scratch(tmp_path):
         with store.snapshot():
             keyword_cache._write(tmp_path / "full.terms", store.generation(), keyword_cache._collect(store.iter_terms()))
     assert postings_of(KeywordCache(cache_path(index))) == postings_of(KeywordCache(tmp_path / "full.terms"))
+
+
+@pytest.mark.parametrize("module", [keyword_cache, vector_cache], ids=["keyword", "vector"])
+def test_a_copy_of_the_wrong_size_counts_as_stale_and_the_next_run_rebuilds_it(tmp_path, make_kb, module):
+    # A layout from another version, or a damaged file, keeps a header naming the current generation.
+    root = tmp_path / "notes"
+    root.mkdir()
+    (root / "a.md").write_text("# A\n\nkiwi mango smoothie\n")
+    kb = make_kb(root)
+    kb.index()
+    copy = module.cache_path(kb.index_path(kb.config.directories[0]))
+    whole = copy.stat().st_size
+    with open(copy, "r+b") as handle:
+        handle.truncate(whole - 8)
+    field = f"{'keyword' if module is keyword_cache else 'vector'}_cache"
+    assert module.read_generation(copy) is None and kb.status()[0][field] == "stale"
+    assert kb.search("kiwi mango").hits[0].path == "a.md"  # from the index itself meanwhile
+    kb.index()  # nothing changed on disk, but the copy is rebuilt
+    assert copy.stat().st_size == whole and kb.status()[0][field] == "current"
