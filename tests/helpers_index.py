@@ -14,7 +14,9 @@ def index_contents(index: Path) -> dict:
     chunks = sorted(conn.execute("SELECT f.path, c.ord, c.text, c.start_line, c.end_line, c.content_hash "
                                  "FROM chunks c JOIN files f ON f.id = c.file_id"))
     files = sorted(conn.execute("SELECT path, content_hash, chunk_count FROM files"))
-    counts = [conn.execute(f"SELECT COUNT(*) FROM {t}").fetchone()[0] for t in ("chunks", "chunks_fts_docsize", "chunk_vec")]
-    orphans = conn.execute("SELECT COUNT(*) FROM chunk_vec WHERE rowid NOT IN (SELECT id FROM chunks)").fetchone()[0]
+    # Counts of chunks, FTS rows and chunks with vectors (a vector's rowid is chunk id << 5 | window).
+    counts = [conn.execute(sql).fetchone()[0] for sql in (
+        "SELECT COUNT(*) FROM chunks", "SELECT COUNT(*) FROM chunks_fts_docsize", "SELECT COUNT(DISTINCT rowid >> 5) FROM chunk_vec")]
+    orphans = conn.execute("SELECT COUNT(*) FROM chunk_vec WHERE rowid >> 5 NOT IN (SELECT id FROM chunks)").fetchone()[0]
     conn.close()
     return {"chunks": chunks, "files": files, "counts": counts, "orphans": orphans}

@@ -6,10 +6,12 @@ the heading path, or a `file: x.py | class: A | def: b` line for code —
 lives in `heading`.
 
 Sizes are counted in estimated word pieces (words and punctuation marks).
-all-MiniLM-L6-v2 reads at most 256 real word pieces, about 1.25x the estimate
-on prose and code, so a default chunk (200) sits at the window. Smaller chunks
-that never overflow it gave better vector-only but worse hybrid results on
-SciFact train (docs/benchmarks.md), so 200 stays the default.
+A chunk is what keyword search scores and what a hit shows; its vectors come
+from windows of at most VECTOR_WINDOW estimated pieces inside it, and the
+chunk's cosine is its best window's. all-MiniLM-L6-v2 was trained on 128
+word pieces: on SciFact train, 128-piece windows inside 200-piece chunks beat
+one vector per chunk (BM25 prefers the longer unit, the model the shorter;
+docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -22,7 +24,10 @@ from dataclasses import dataclass
 from .config import ChunkingConfig
 from .loaders import Document
 
-CHUNKER_VERSION = 2
+CHUNKER_VERSION = 3
+VECTOR_WINDOW = 128  # estimated pieces per embedded window
+WINDOW_OVERLAP = 20
+MAX_WINDOWS = 32  # per chunk; a longer chunk (a large chunk_size) gets proportionally longer windows
 
 _TOKEN = re.compile(r"\w+|[^\w\s]")
 # Cut points, coarsest first; a cut falls right after the separator.
@@ -53,10 +58,19 @@ class Chunk:
     end_line: int
     page: int | None
     heading: str
+    windows: tuple[tuple[int, int], ...] = ()  # spans of `text` embedded one by one; () is the whole text
 
     @property
     def embed_text(self) -> str:
         return f"{self.heading}\n{self.text}" if self.heading else self.text
+
+    @property
+    def embed_texts(self) -> list[str]:
+        """What the model reads: each window with the heading, so every vector keeps its context."""
+        if not self.windows:
+            return [self.embed_text]
+        prefix = f"{self.heading}\n" if self.heading else ""
+        return [prefix + self.text[start:end] for start, end in self.windows]
 
     @property
     def content_hash(self) -> str:
@@ -289,9 +303,26 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
             chunks.append(Chunk(
                 text=text[start:end], start_char=start, end_char=end,
                 start_line=bisect_right(line_starts, start), end_line=bisect_right(line_starts, end - 1),
-                page=page, heading=heading,
+                page=page, heading=heading, windows=_windows(base, start, end),
             ))
     return chunks
+
+
+def _windows(base: _Splitter, start: int, end: int) -> tuple[tuple[int, int], ...]:
+    """Spans of one chunk, relative to its start, packed like chunks but at the model's training length."""
+    tokens = base.tokens(start, end)
+    if tokens <= VECTOR_WINDOW:
+        return ()
+    size = max(VECTOR_WINDOW, -(-tokens // (MAX_WINDOWS // 2)))
+    spans = []
+    for s, e in base.pack(start, end, size, WINDOW_OVERLAP)[:MAX_WINDOWS]:
+        while s < e and base.text[s].isspace():
+            s += 1
+        while e > s and base.text[e - 1].isspace():
+            e -= 1
+        if s < e:
+            spans.append((s - start, e - start))
+    return tuple(spans) if len(spans) > 1 else ()
 
 
 def chunker_signature(config: ChunkingConfig) -> str:

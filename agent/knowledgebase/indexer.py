@@ -119,17 +119,19 @@ class _Run:
         # The model check comes first: on a model change it drops every reusable vector.
         embedder = self._embedder() if hashes else None
         known = self.store.vectors_by_hash(hashes) if hashes else {}
-        texts: dict[str, str] = {}
+        texts: dict[str, list[str]] = {}
         for item in self.pending:
             for chunk in item.chunks:
                 if chunk.content_hash not in known:
-                    texts.setdefault(chunk.content_hash, chunk.embed_text)
+                    texts.setdefault(chunk.content_hash, chunk.embed_texts)
         if texts:
-            known.update(zip(texts.keys(), embedder.embed_documents(list(texts.values()))))
+            flat = embedder.embed_documents([text for windows in texts.values() for text in windows])
+            ends = np.cumsum([len(windows) for windows in texts.values()])
+            known.update(zip(texts.keys(), np.split(flat, ends[:-1])))
         self.summary.chunks_embedded += len(texts)
         self.summary.chunks_reused += len(hashes) - len(texts)
         for item in self.pending:
-            vectors = np.stack([known[c.content_hash] for c in item.chunks]) if item.chunks else None
+            vectors = [known[c.content_hash] for c in item.chunks] if item.chunks else None
             self.store.write_file(item.file.rel_path, item.file.size, item.file.mtime_ns, item.digest,
                                   item.kind, item.chunks, vectors)
             if item.is_new:
@@ -176,6 +178,9 @@ class _Run:
         if not existing:
             self.store.set_meta(chunker=signature)
         rechunk = self.full or self.store.meta("chunker") != signature
+        if not self.store.has_window_vectors():
+            self.store.drop_vectors()  # one vector per chunk, from before windows: every chunk is re-embedded
+            rechunk = True
         todo: list[tuple[ScannedFile, FileRow | None]] = []
         for file in scanned.files:
             row = existing.get(file.rel_path)

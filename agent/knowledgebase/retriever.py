@@ -196,7 +196,7 @@ def _complete_cosines(source: SearchSource, candidates: list[_Candidate], vector
     for candidate in candidates:
         if candidate.chunk_id in stored:
             # Elementwise product, not a BLAS call: BLAS threads would fight onnxruntime's.
-            candidate.cosine = float((stored[candidate.chunk_id] * vector).sum())
+            candidate.cosine = float((stored[candidate.chunk_id] * vector).sum(axis=1).max())
 
 
 def _fuse(candidates: list[_Candidate], options: SearchOptions) -> list[tuple[float, _Candidate]]:

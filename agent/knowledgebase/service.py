@@ -181,6 +181,9 @@ class KnowledgeBase:
         indexed = store.model_identity()
         if indexed is None:
             return None
+        if not store.has_window_vectors():
+            return (f"The vectors of {directory.name} are from an older version of the index; run "
+                    f"`hermes kb index {directory.name}` to rebuild them (keyword search works meanwhile).")
         if self._expected_identity is None:
             self._expected_identity = (self.embedder().identity.model_id, self.embedder().identity.variant)
         model_id, variant = self._expected_identity

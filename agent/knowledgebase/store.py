@@ -28,6 +28,9 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = 1
 VEC_MAX_K = 4096  # sqlite-vec refuses larger k
+WINDOW_BITS = vector_cache.WINDOW_BITS
+WINDOW_SLOTS = 1 << WINDOW_BITS
+VECTOR_IDS = f"chunk<<{WINDOW_BITS}|window"  # recorded in meta: how chunk_vec rowids name a chunk's windows
 DF_SAMPLE_WINDOWS, DF_SAMPLE_ROWS = 4, 1000  # where document frequencies are estimated
 
 _SCHEMA = """
@@ -222,14 +225,19 @@ class IndexStore:
         """Record the model and create the vector table with its dimension."""
         self.conn.execute(f"CREATE VIRTUAL TABLE IF NOT EXISTS chunk_vec USING vec0("
                           f"embedding float[{int(identity.dim)}] distance_metric=cosine)")
-        self.set_meta(model_id=identity.model_id, model_variant=identity.variant, dimension=identity.dim)
+        self.set_meta(model_id=identity.model_id, model_variant=identity.variant, dimension=identity.dim,
+                      vector_ids=VECTOR_IDS)
+
+    def has_window_vectors(self) -> bool:
+        """False for vectors written before chunks had windows (rowid = chunk id): they must be rebuilt."""
+        return not self.has_vector_table() or self.meta("vector_ids") == VECTOR_IDS
 
     def drop_vectors(self) -> None:
         """Forget every vector and the pinned model (a model change means re-embedding all)."""
         with self.transaction():
             self._bump_generation()
             self.conn.execute("DROP TABLE IF EXISTS chunk_vec")
-            self.conn.execute("DELETE FROM meta WHERE key IN ('model_id', 'model_variant', 'dimension')")
+            self.conn.execute("DELETE FROM meta WHERE key IN ('model_id', 'model_variant', 'dimension', 'vector_ids')")
 
     def _bump_generation(self) -> int:
         """Called inside every transaction that changes chunks or vectors, so copies can tell they are stale."""
@@ -255,12 +263,15 @@ class IndexStore:
             return
         marks = ",".join("?" * len(file_ids))
         if self.has_vector_table():
-            self.conn.execute(f"DELETE FROM chunk_vec WHERE rowid IN (SELECT id FROM chunks WHERE file_id IN ({marks}))", file_ids)
+            self.conn.execute(f"WITH RECURSIVE window(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM window WHERE n < {WINDOW_SLOTS - 1}) "
+                              f"DELETE FROM chunk_vec WHERE rowid IN (SELECT (c.id << {WINDOW_BITS}) + window.n FROM chunks c, window "
+                              f"WHERE c.file_id IN ({marks}))", file_ids)
         self.conn.execute(f"DELETE FROM chunks WHERE file_id IN ({marks})", file_ids)
 
     def write_file(self, path: str, size: int, mtime_ns: int, content_hash: str, kind: str,
-                   chunks: Sequence[Chunk], vectors: np.ndarray | None, error: str | None = None) -> None:
-        """Replace everything known about one file, atomically."""
+                   chunks: Sequence[Chunk], vectors: Sequence[np.ndarray] | None, error: str | None = None) -> None:
+        """Replace everything known about one file, atomically. `vectors[i]` holds chunk i's window
+        vectors, one row each (a single 1-D vector is one window)."""
         with self.transaction():
             generation = self._bump_generation()
             row = self.conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
@@ -282,7 +293,9 @@ class IndexStore:
                 self.conn.execute("INSERT INTO chunk_terms(chunk_id, tokens, terms, written) VALUES (?, ?, ?, ?)",
                                   (chunk_id, *keyword_cache.chunk_terms(chunk.text, chunk.heading), generation))
                 if vectors is not None:
-                    self.conn.execute("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)", (chunk_id, _blob(vectors[ord_])))
+                    windows = np.atleast_2d(vectors[ord_])
+                    self.conn.executemany("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)",
+                                          zip(vector_cache.vector_ids(chunk_id, len(windows)), map(_blob, windows)))
 
     def delete_files(self, paths: Iterable[str]) -> int:
         paths = list(paths)
@@ -315,11 +328,17 @@ class IndexStore:
         return {owners[chunk_id]: vector for chunk_id, vector in vectors.items()}
 
     def vectors_for(self, chunk_ids: Sequence[int]) -> dict[int, np.ndarray]:
+        """Each chunk's window vectors, one row per window."""
         if not chunk_ids or not self.has_vector_table():
             return {}
-        marks = ",".join("?" * len(chunk_ids))
-        rows = self.conn.execute(f"SELECT rowid, embedding FROM chunk_vec WHERE rowid IN ({marks})", list(chunk_ids))
-        return {rowid: np.frombuffer(blob, dtype=np.float32) for rowid, blob in rows}
+        ids, blobs = [], []
+        for begin in range(0, len(chunk_ids), 250):  # 32 ids a chunk: 8,000 parameters a statement
+            wanted = vector_cache.all_vector_ids(chunk_ids[begin:begin + 250])
+            rows = self.conn.execute(f"SELECT rowid, embedding FROM chunk_vec WHERE rowid IN ({','.join('?' * len(wanted))})", wanted)
+            for rowid, blob in rows:
+                ids.append(rowid)
+                blobs.append(np.frombuffer(blob, dtype=np.float32))
+        return vector_cache.group_by_chunk(np.array(ids, dtype=np.int64), np.array(blobs)) if ids else {}
 
     def vector_count(self) -> int:
         return self.conn.execute("SELECT COUNT(*) FROM chunk_vec").fetchone()[0] if self.has_vector_table() else 0
@@ -343,11 +362,16 @@ class IndexStore:
                 yield ids, np.frombuffer(vectors, dtype=np.float32).reshape(size, dim)[valid]
 
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """(chunk id, cosine similarity), best first."""
+        """(chunk id, cosine of its best window), best first. Asks for 4 windows a chunk: most chunks
+        have one or two, so k chunks are almost always among them."""
         rows = self.conn.execute("SELECT rowid, distance FROM chunk_vec WHERE embedding MATCH ? AND k = ?",
-                                 (_blob(query), min(k, VEC_MAX_K)))
+                                 (_blob(query), min(4 * k, VEC_MAX_K)))
         # A zero query vector has no cosine distance (NULL); it matches nothing.
-        return [(rowid, 1.0 - distance) for rowid, distance in rows if distance is not None]
+        found = [(rowid, 1.0 - distance) for rowid, distance in rows if distance is not None]
+        if not found:
+            return []
+        ids, scores = zip(*found)
+        return vector_cache.best_per_chunk(np.array(ids, dtype=np.int64), np.array(scores), k)
 
     # --- keywords -----------------------------------------------------------------------
     def keyword(self, match: str, k: int) -> list[tuple[int, float]]:

@@ -41,6 +41,35 @@ RESCORE_ROWS = 200  # shortlist rows re-scored in float32 after the int8 pass (a
 MAPPED_FLOAT_BYTES = 256 << 20  # float matrices up to this are read through the mapping; larger ones with pread
 
 
+WINDOW_BITS = 5  # a vector's id is chunk_id << 5 | window: at most 32 windows a chunk (chunker.MAX_WINDOWS)
+
+
+def vector_ids(chunk_id: int, windows: int) -> list[int]:
+    return [(chunk_id << WINDOW_BITS) + window for window in range(windows)]
+
+
+def all_vector_ids(chunk_ids: Iterable[int]) -> list[int]:
+    """Every id a chunk's vectors may have: how a caller that does not know its window count asks for them."""
+    return [vector_id for chunk_id in chunk_ids for vector_id in vector_ids(chunk_id, 1 << WINDOW_BITS)]
+
+
+def best_per_chunk(ids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[int, float]]:
+    """(chunk id, its best window's score), best first: a chunk is as close as its closest window."""
+    order = np.argsort(-scores, kind="stable")
+    chunks = ids[order] >> WINDOW_BITS
+    _, first = np.unique(chunks, return_index=True)
+    first = np.sort(first)[:k]
+    return list(zip(chunks[first].tolist(), scores[order][first].tolist()))
+
+
+def group_by_chunk(ids: np.ndarray, vectors: np.ndarray) -> dict[int, np.ndarray]:
+    """Rows of vectors gathered per chunk, in window order."""
+    order = np.argsort(ids, kind="stable")
+    chunks = ids[order] >> WINDOW_BITS
+    starts = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1]]) if len(chunks) else np.array([], dtype=int)
+    return {int(chunks[a]): vectors[order[a:b]] for a, b in zip(starts, [*starts[1:], len(chunks)])}
+
+
 @functools.lru_cache(maxsize=1)
 def _blas():
     """One BLAS thread for our products: OpenBLAS workers spin after a call and starve onnxruntime,
@@ -178,7 +207,7 @@ class VectorCache:
         self.quantized = arrays["quantized"].reshape(self.count, self.dim)
 
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """(chunk id, cosine similarity), best first; exact up to EXACT_SCAN_ROWS rows."""
+        """(chunk id, cosine of its best window), best first; exact up to EXACT_SCAN_ROWS rows."""
         query = np.asarray(query, dtype=np.float32)
         norm = float(np.linalg.norm(query))
         if self.count == 0 or norm == 0 or k < 1:
@@ -195,10 +224,7 @@ class VectorCache:
                 approx = self.quantized[rows].astype(np.float32) @ (query * self.scale)
                 rows = rows[np.argpartition(-approx, rescore - 1)[:rescore]]
             scores = self._float_rows(rows) @ query
-        k = min(k, len(rows))
-        best = np.argpartition(-scores, k - 1)[:k]
-        best = best[np.argsort(-scores[best], kind="stable")]
-        return list(zip(self.ids[rows[best]].tolist(), scores[best].tolist()))
+        return best_per_chunk(self.ids[rows], scores, k)
 
     def _shortlist(self, query: np.ndarray, size: int) -> np.ndarray:
         """Row positions of the `size` codes nearest the query's (ties cut by position), in row order."""
@@ -226,13 +252,14 @@ class VectorCache:
         return np.sort(np.concatenate([below, tied]))
 
     def vectors_for(self, chunk_ids: Iterable[int]) -> dict[int, np.ndarray]:
+        """Each chunk's window vectors, one row per window."""
         wanted = np.fromiter(chunk_ids, dtype=np.int64)
         if self.count == 0 or len(wanted) == 0:
             return {}
-        positions = np.minimum(np.searchsorted(self.sorted_ids, wanted), self.count - 1)
-        found = self.sorted_ids[positions] == wanted
-        wanted, rows = wanted[found], self.sorted_rows[positions[found]]
-        return dict(zip(wanted.tolist(), self._float_rows(rows)))
+        begins = np.searchsorted(self.sorted_ids, wanted << WINDOW_BITS)
+        ends = np.searchsorted(self.sorted_ids, (wanted + 1) << WINDOW_BITS)
+        positions = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(begins, ends)])
+        return group_by_chunk(self.sorted_ids[positions], self._float_rows(self.sorted_rows[positions]))
 
     def _float_rows(self, rows: np.ndarray) -> np.ndarray:
         """Rows of the float32 matrix. A large matrix is read with pread, not through the mapping:

@@ -1,6 +1,6 @@
 import pytest
 
-from agent.knowledgebase.chunker import chunk_document, estimate_tokens
+from agent.knowledgebase.chunker import MAX_WINDOWS, VECTOR_WINDOW, chunk_document, estimate_tokens
 from agent.knowledgebase.config import ChunkingConfig
 from agent.knowledgebase.loaders import Document
 
@@ -84,3 +84,23 @@ def test_plain_text_title_heads_every_chunk():
     untitled = chunk_document(Document("no title here, just a long first line that keeps going. " * 10, "text"), "x.txt",
                               ChunkingConfig(60, 10))
     assert all(c.heading == "" for c in untitled)
+
+
+@pytest.mark.parametrize("size", [200, 2000])
+def test_long_chunks_are_embedded_as_windows_of_the_models_training_length(size):
+    text = "Notes on topics\n\n" + " ".join(PROSE.split())  # one long paragraph under a title line
+    chunks = chunk_document(Document(text, "text"), "a.txt", ChunkingConfig(size, 30))
+    assert all(chunk.windows for chunk in chunks if estimate_tokens(chunk.text) > 1.5 * VECTOR_WINDOW)
+    for chunk in chunks:
+        texts = chunk.embed_texts
+        if not chunk.windows:
+            assert texts == [chunk.embed_text]
+            continue
+        assert 2 <= len(texts) == len(chunk.windows) <= MAX_WINDOWS
+        assert all(text.startswith("Notes on topics\n") for text in texts)  # the title stays with every window
+        if size == 200:
+            assert all(estimate_tokens(chunk.text[s:e]) <= VECTOR_WINDOW for s, e in chunk.windows)
+        covered = set()
+        for start, end in chunk.windows:
+            covered.update(range(start, end))
+        assert all(i in covered for i, ch in enumerate(chunk.text) if not ch.isspace())

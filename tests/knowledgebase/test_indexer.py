@@ -3,7 +3,10 @@ import time
 
 import pytest
 
+from agent.knowledgebase.chunker import chunk_document
+from agent.knowledgebase.config import ChunkingConfig
 from agent.knowledgebase.indexer import ModelMismatchError
+from agent.knowledgebase.loaders import Document
 from agent.knowledgebase.store import IndexStore
 
 from ..conftest import StubEmbedder
@@ -184,3 +187,37 @@ def test_a_kept_open_reader_follows_an_index_that_was_cleared_and_rebuilt(tmp_pa
     other.clear()
     with pytest.raises(Exception, match="Nothing is indexed"):
         reader.search("zulu", mode="keyword")
+
+
+def test_a_chunk_is_as_close_as_its_best_window(tmp_path, make_kb, stub_embedder):
+    root = tmp_path / "notes"
+    root.mkdir()
+    filler = " ".join(f"Kiwi mango banana smoothie number {i}." for i in range(20))
+    (root / "long.txt").write_text(f"Fruit notes\n\n{filler} Sourdough starter hydration and levain timing.\n")
+    (root / "short.txt").write_text("Bread notes\n\nSourdough rye loaf with caraway seeds and salt and water and flour.\n")
+    kb = make_kb(root)
+    kb.index()
+    rows = store_rows(kb, name="notes")
+    assert rows["chunks"] == 2 and rows["vec"] > 2  # the long chunk is embedded window by window
+    query = "sourdough starter hydration levain timing"
+    hits = kb.search(query, mode="vector").hits
+    hit = hits[0]
+    assert [h.path for h in hits] == ["long.txt", "short.txt"]  # its last window is about bread, though most of it is fruit
+    chunk = chunk_document(Document((root / "long.txt").read_text(), "text"), "long.txt", ChunkingConfig())[0]
+    best = max(float(stub_embedder.embed_query(text) @ stub_embedder.embed_query(query)) for text in chunk.embed_texts)
+    whole = float(stub_embedder.embed_query(chunk.embed_text) @ stub_embedder.embed_query(query))
+    assert hit.vector_score == pytest.approx(best, abs=1e-4) and whole < hits[1].vector_score < best
+
+
+def test_vectors_from_before_windows_are_refused_then_rebuilt(tree, make_kb):
+    root = tree(NOTES)
+    kb = make_kb(root)
+    kb.index()
+    with IndexStore(kb.index_path(kb.targets("docs")[0]), create=False) as store, store.transaction():
+        store.conn.execute("DELETE FROM meta WHERE key = 'vector_ids'")  # as an index written before windows
+    with pytest.raises(Exception, match="older version of the index"):
+        kb.search("blue green", mode="vector")
+    result = kb.search("blue green deploy 4271")
+    assert result.hits[0].path == "deploy.md" and any("hermes kb index docs" in w for w in result.warnings)
+    assert kb.index()[0].chunks_embedded == store_rows(kb)["chunks"]  # every chunk re-embedded
+    assert kb.search("blue green releases", mode="vector").hits[0].path == "deploy.md"

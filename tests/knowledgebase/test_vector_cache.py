@@ -14,18 +14,33 @@ def clustered(count: int, dim: int = 48, seed: int = 3, centres: int = 20) -> np
     return (vectors / np.linalg.norm(vectors, axis=1, keepdims=True)).astype(np.float32)
 
 
+def window_ids(count: int, seed: int = 1) -> np.ndarray:
+    """Vector ids of `count` windows: chunks of one to three windows, chunk ids sparse and out of order
+    (as sqlite-vec hands them over after deletes)."""
+    rng = np.random.default_rng(seed)
+    ids, chunk = [], 10
+    while len(ids) < count:
+        ids += vector_cache.vector_ids(chunk, int(rng.integers(1, 4)))
+        chunk += int(rng.integers(1, 4))
+    return rng.permutation(np.array(ids[:count], dtype=np.int64))
+
+
 def write_cache(path, vectors, ids=None, batch=1000):
-    if ids is None:  # sparse and out of order, as sqlite-vec hands them over after deletes
-        ids = np.random.default_rng(1).permutation(np.arange(10, 10 + 3 * len(vectors), 3))
+    ids = window_ids(len(vectors)) if ids is None else ids
     batches = ((ids[b:b + batch], vectors[b:b + batch]) for b in range(0, len(vectors), batch))
     build(path, "gen-1", vectors.shape[1], len(vectors), batches)
     return ids
 
 
 def exact_top(vectors, ids, query, k):
+    """The k chunks whose best window is closest, by brute force."""
     scores = vectors @ (query / np.linalg.norm(query))
-    order = np.argsort(-scores)[:k]
-    return [int(ids[i]) for i in order], scores[order]
+    best: dict[int, float] = {}
+    for vector_id, score in zip(ids.tolist(), scores.tolist()):
+        chunk = vector_id >> vector_cache.WINDOW_BITS
+        best[chunk] = max(best.get(chunk, -2.0), score)
+    top = sorted(best, key=lambda c: -best[c])[:k]
+    return top, np.array([best[c] for c in top])
 
 
 def test_exact_scan_matches_brute_force(tmp_path):
@@ -50,13 +65,13 @@ def test_shortlist_keeps_recall_above_the_exact_scan_limit(tmp_path, monkeypatch
     cache = VectorCache(path)
     rng = np.random.default_rng(0)
     recalls = []
-    row_of = {int(i): r for r, i in enumerate(ids)}
     for _ in range(30):
         query = vectors[rng.integers(len(vectors))] + rng.normal(0, 0.05, vectors.shape[1]).astype(np.float32)
         expected, _ = exact_top(vectors, ids, query, 10)
-        found = [i for i, _ in cache.knn(query, 10)]
-        assert found == sorted(found, key=lambda i: -float(vectors[row_of[i]] @ query))  # best first
-        recalls.append(len(set(found) & set(expected)) / 10)
+        hits = cache.knn(query, 10)
+        assert [s for _, s in hits] == sorted((s for _, s in hits), reverse=True)  # best first
+        assert len({c for c, _ in hits}) == 10  # one entry a chunk
+        recalls.append(len({c for c, _ in hits} & set(expected)) / 10)
     assert np.mean(recalls) >= 0.9  # 300 of 20,000 rows re-scored; real embeddings are measured in benchmarks/
 
 
@@ -64,9 +79,12 @@ def test_vectors_for_looks_up_ids_and_ignores_unknown(tmp_path):
     vectors = clustered(50)
     path = tmp_path / "x.vectors"
     ids = write_cache(path, vectors)
-    found = VectorCache(path).vectors_for([int(ids[4]), 999_999, int(ids[0])])
-    assert set(found) == {int(ids[4]), int(ids[0])}
-    assert np.allclose(found[int(ids[4])], vectors[4])
+    chunks = ids >> vector_cache.WINDOW_BITS
+    first, other = int(chunks[4]), int(chunks[0])
+    found = VectorCache(path).vectors_for([first, 999_999, other])
+    assert set(found) == {first, other}
+    windows = sorted(np.flatnonzero(chunks == first), key=lambda row: ids[row])  # in window order
+    assert found[first].shape == (len(windows), 48) and np.allclose(found[first], vectors[windows])
 
 
 def test_zero_query_and_empty_cache_match_nothing(tmp_path):
@@ -136,13 +154,15 @@ def test_reading_sqlite_vec_storage_directly_matches_the_virtual_table(tmp_path)
     with IndexStore(tmp_path / "i.sqlite") as store:
         store.pin_model(ModelIdentity("m", "v", 48))
         for f in range(25):  # spans three sqlite-vec storage chunks of 1024
-            chunks = [Chunk(f"t{f}-{i}", 0, 1, 1, 1, None, "") for i in range(100)]
-            store.write_file(f"f{f}.txt", 1, 1, f"h{f}", "text", chunks, vectors[f * 100:(f + 1) * 100])
+            chunks = [Chunk(f"t{f}-{i}", 0, 1, 1, 1, None, "") for i in range(50)]
+            block = vectors[f * 100:(f + 1) * 100]
+            store.write_file(f"f{f}.txt", 1, 1, f"h{f}", "text", chunks, [block[2 * i:2 * i + 2] for i in range(50)])
         store.delete_files(["f3.txt", "f12.txt"])  # leaves invalid slots behind
         copied = {int(i): v for ids, block in store.iter_vectors() for i, v in zip(ids, block)}
         assert len(copied) == store.vector_count() == 2300
-        stored = store.vectors_for(list(copied))
-        assert all(np.array_equal(stored[i], copied[i]) for i in copied)
+        stored = store.vectors_for(sorted({i >> vector_cache.WINDOW_BITS for i in copied}))
+        assert len(stored) == 1150 and all(len(windows) == 2 for windows in stored.values())
+        assert all(np.array_equal(stored[i >> vector_cache.WINDOW_BITS][i & 31], copied[i]) for i in copied)
 
 
 def test_the_two_thread_hamming_pass_finds_the_same_neighbours(tmp_path, monkeypatch):
@@ -180,8 +200,9 @@ def test_rows_read_with_pread_equal_rows_read_through_the_mapping(tmp_path, monk
     ids = write_cache(path, vectors)
     cache = VectorCache(path)
     queries = vectors[:10] + 0.02
-    mapped = [cache.knn(q, 10) for q in queries], cache.vectors_for(ids[:50].tolist())
+    chunks = (ids[:50] >> vector_cache.WINDOW_BITS).tolist()
+    mapped = [cache.knn(q, 10) for q in queries], cache.vectors_for(chunks)
     monkeypatch.setattr(vector_cache, "MAPPED_FLOAT_BYTES", 0)  # as for a matrix too large to map
-    read = [cache.knn(q, 10) for q in queries], cache.vectors_for(ids[:50].tolist())
-    assert mapped[0] == read[0]
+    read = [cache.knn(q, 10) for q in queries], cache.vectors_for(chunks)
+    assert mapped[0] == read[0] and len(mapped[1]) == len(set(chunks))
     assert all(np.array_equal(mapped[1][i], read[1][i]) for i in mapped[1])
