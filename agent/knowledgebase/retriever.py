@@ -52,7 +52,7 @@ class SearchOptions:
     k: int = 10
     mode: str = "hybrid"
     fusion: str = "weighted"
-    alpha: float = 0.6
+    alpha: float = 0.75
     rrf_k: int = 60
     min_score: float = 0.0
     max_tokens: int | None = None

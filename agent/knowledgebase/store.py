@@ -338,7 +338,7 @@ class IndexStore:
             for rowid, blob in rows:
                 ids.append(rowid)
                 blobs.append(np.frombuffer(blob, dtype=np.float32))
-        return vector_cache.group_by_chunk(np.array(ids, dtype=np.int64), np.array(blobs)) if ids else {}
+        return vector_cache.group_by_chunk(np.array(ids, dtype=np.int64), np.array(blobs))
 
     def vector_count(self) -> int:
         return self.conn.execute("SELECT COUNT(*) FROM chunk_vec").fetchone()[0] if self.has_vector_table() else 0

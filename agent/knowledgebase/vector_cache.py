@@ -64,9 +64,11 @@ def best_per_chunk(ids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[in
 
 def group_by_chunk(ids: np.ndarray, vectors: np.ndarray) -> dict[int, np.ndarray]:
     """Rows of vectors gathered per chunk, in window order."""
+    if not len(ids):
+        return {}
     order = np.argsort(ids, kind="stable")
     chunks = ids[order] >> WINDOW_BITS
-    starts = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1]]) if len(chunks) else np.array([], dtype=int)
+    starts = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1]])
     return {int(chunks[a]): vectors[order[a:b]] for a, b in zip(starts, [*starts[1:], len(chunks)])}
 
 
@@ -224,6 +226,9 @@ class VectorCache:
                 approx = self.quantized[rows].astype(np.float32) @ (query * self.scale)
                 rows = rows[np.argpartition(-approx, rescore - 1)[:rescore]]
             scores = self._float_rows(rows) @ query
+        if len(rows) > 4 * k:  # enough windows for k chunks: most have one or two
+            best = np.argpartition(-scores, 4 * k - 1)[:4 * k]
+            rows, scores = rows[best], scores[best]
         return best_per_chunk(self.ids[rows], scores, k)
 
     def _shortlist(self, query: np.ndarray, size: int) -> np.ndarray:
