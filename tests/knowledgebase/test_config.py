@@ -5,7 +5,7 @@ from agent.knowledgebase.config import ConfigError, parse_knowledgebase
 
 def test_defaults_when_section_missing():
     config = parse_knowledgebase(None)
-    assert config.enabled and config.alpha == 0.6 and config.fusion == "weighted"
+    assert config.enabled and config.alpha == 0.75 and config.fusion == "weighted"
     assert config.embedding.backend == "local"
     assert config.embedding.model == "sentence-transformers/all-MiniLM-L6-v2"
 
