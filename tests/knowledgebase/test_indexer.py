@@ -8,6 +8,7 @@ from agent.knowledgebase.config import ChunkingConfig
 from agent.knowledgebase.indexer import ModelMismatchError
 from agent.knowledgebase.loaders import Document
 from agent.knowledgebase.store import IndexStore
+from agent.knowledgebase.vector_cache import VectorCache
 
 from ..conftest import StubEmbedder
 
@@ -221,3 +222,21 @@ def test_vectors_from_before_windows_are_refused_then_rebuilt(tree, make_kb):
     assert result.hits[0].path == "deploy.md" and any("hermes kb index docs" in w for w in result.warnings)
     assert kb.index()[0].chunks_embedded == store_rows(kb)["chunks"]  # every chunk re-embedded
     assert kb.search("blue green releases", mode="vector").hits[0].path == "deploy.md"
+
+
+def test_a_keyword_only_hit_gets_the_cosine_of_its_best_window(tmp_path, make_kb, stub_embedder, monkeypatch):
+    root = tmp_path / "notes"
+    root.mkdir()
+    filler = " ".join(f"Kiwi mango banana smoothie number {i}." for i in range(20))
+    (root / "long.txt").write_text(f"Fruit notes\n\n{filler} Sourdough starter hydration and levain timing.\n")
+    kb = make_kb(root)
+    kb.index()
+    # As if the chunk ranked below the vector pool: its cosine is then computed from its stored windows.
+    monkeypatch.setattr(VectorCache, "knn", lambda self, query, k: [])
+    monkeypatch.setattr(IndexStore, "knn", lambda self, query, k: [])
+    query = "sourdough starter hydration levain timing"
+    hit = kb.search(query).hits[0]
+    assert hit.path == "long.txt" and hit.found_by == ["keyword"]
+    chunk = chunk_document(Document((root / "long.txt").read_text(), "text"), "long.txt", ChunkingConfig())[0]
+    best = max(float(stub_embedder.embed_query(text) @ stub_embedder.embed_query(query)) for text in chunk.embed_texts)
+    assert hit.vector_score == pytest.approx(best, abs=1e-4)
