@@ -67,18 +67,19 @@ def read_generation(path: Path, magic: bytes, places_of: Callable[[dict], tuple[
     try:
         with open(path, "rb") as handle:
             info = _parse_header(handle.read(HEADER_BYTES), magic)
-            if info is None or os.fstat(handle.fileno()).st_size != _size(info, places_of):
+            if info is None or os.fstat(handle.fileno()).st_size != _layout(info, places_of)[1]:
                 return None
     except OSError:
         return None
     return info["generation"]
 
 
-def _size(info: dict, places_of: Callable[[dict], tuple[Places, int]]) -> int | None:
+def _layout(info: dict, places_of: Callable[[dict], tuple[Places, int]]) -> tuple[Places, int | None]:
+    """Where a header says the arrays are, and the file size that implies (None: a header we cannot read)."""
     try:
-        return places_of(info)[1]
+        return places_of(info)
     except (KeyError, TypeError, ValueError):
-        return None
+        return {}, None
 
 
 @dataclass
@@ -98,10 +99,9 @@ def open_mapped(path: Path, magic: bytes, what: str, places_of: Callable[[dict],
         info = _parse_header(handle.read(HEADER_BYTES), magic)
         if info is None:
             raise ValueError(f"{path} is not a {what}")
-        size = _size(info, places_of)
+        places, size = _layout(info, places_of)
         if size is None or os.fstat(handle.fileno()).st_size != size:
             raise ValueError(f"{path} is truncated or from another version")
-        places, _ = places_of(info)
         mapping = mmap.mmap(handle.fileno(), 0, access=mmap.ACCESS_READ)
     except BaseException:
         handle.close()

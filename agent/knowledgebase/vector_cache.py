@@ -39,8 +39,6 @@ SHORTLIST_FRACTION = 1 / 320  # of the vectors: recall@10 0.989 at 1.77M window 
 PARALLEL_ROWS = 200_000  # above this the Hamming pass is split over two threads
 RESCORE_ROWS = 200  # shortlist rows re-scored in float32 after the int8 pass (at least 4k)
 MAPPED_FLOAT_BYTES = 256 << 20  # float matrices up to this are read through the mapping; larger ones with pread
-
-
 WINDOW_BITS = 5  # a vector's id is chunk_id << 5 | window: at most 32 windows a chunk (chunker.MAX_WINDOWS)
 
 
