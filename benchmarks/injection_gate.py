@@ -18,7 +18,6 @@ AutoRetriever on the test split.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -33,6 +32,7 @@ from agent.knowledgebase.evaluation import load_dataset, workspace  # noqa: E402
 from agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from benchmarks._report import report  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
+from hermes_cli.config import hermes_home  # noqa: E402
 
 OFFTOPIC = Path(__file__).resolve().parent / "data" / "offtopic_questions.txt"
 GRID = [round(0.50 + 0.05 * i, 3) for i in range(21)]
@@ -67,7 +67,7 @@ def main() -> None:
     args = parser.parse_args()
     overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
     config = parse_knowledgebase(overrides)
-    home = Path(os.environ.get("HERMES_HOME", Path.home() / ".hermes")).expanduser()
+    home = hermes_home()
     offtopic = [line.strip() for line in OFFTOPIC.read_text().splitlines() if line.strip()]
     tables = {}
     kb = None

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
-import os
 import statistics
 import sys
 import tempfile
@@ -27,14 +26,15 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from agent.knowledgebase import keyword_cache, vector_cache  # noqa: E402
 from agent.knowledgebase.chunker import Chunk  # noqa: E402
 from agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from agent.knowledgebase.evaluation import load_dataset, percentile, workspace  # noqa: E402
 from agent.knowledgebase.service import KnowledgeBase  # noqa: E402
-from agent.knowledgebase import keyword_cache, vector_cache  # noqa: E402
 from agent.knowledgebase.store import IndexStore, index_size_bytes  # noqa: E402
 from benchmarks._report import peak_rss_mb, report  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
+from hermes_cli.config import hermes_home  # noqa: E402
 
 CHUNKS_PER_FILE = 50
 
@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    home = Path(os.environ.get("HERMES_HOME", Path.home() / ".hermes")).expanduser()
+    home = hermes_home()
     texts, vectors = real_chunks(home)
     queries = list(load_dataset(DEFAULT_DATASET, "test").queries.values())[: args.queries]
     rng = np.random.default_rng(7)

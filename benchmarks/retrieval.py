@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -23,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from agent.knowledgebase.evaluation import evaluate  # noqa: E402
 from benchmarks._report import report  # noqa: E402
+from hermes_cli.config import hermes_home  # noqa: E402
 from hermes_cli.kb_command import EVALUATION_COLUMNS, evaluation_rows  # noqa: E402
 
 DEFAULT_DATASET = Path(__file__).resolve().parents[2] / "shared" / "eval" / "scifact"
@@ -40,7 +40,7 @@ def main() -> None:
     args = parser.parse_args()
     overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
     config = parse_knowledgebase(overrides)
-    home = Path(os.environ.get("HERMES_HOME", Path.home() / ".hermes")).expanduser()
+    home = hermes_home()
     result = evaluate(args.dataset, config, home, split=args.split, limit=args.limit,
                       on_progress=lambda message: print(message, file=sys.stderr))
     if args.json:

@@ -11,7 +11,6 @@ benchmarks/retrieval.py on test (which goes through the full search path).
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +25,7 @@ from agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from agent.knowledgebase.store import IndexStore  # noqa: E402
 from benchmarks._report import report  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
+from hermes_cli.config import hermes_home  # noqa: E402
 
 
 def gather(kb: KnowledgeBase, queries: dict[str, str], pool_k: int) -> dict[str, list]:
@@ -65,7 +65,7 @@ def main() -> None:
     parser.add_argument("--alphas", default="0.3,0.4,0.5,0.6,0.7")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    home = Path(os.environ.get("HERMES_HOME", Path.home() / ".hermes")).expanduser()
+    home = hermes_home()
     dataset = load_dataset(args.dataset, args.split)
     names, config = workspace(dataset, parse_knowledgebase({}), home)
     kb = KnowledgeBase(config, home)

@@ -12,7 +12,6 @@ cache is rebuilt at the end.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -26,6 +25,7 @@ from agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from agent.knowledgebase.store import IndexStore  # noqa: E402
 from benchmarks._report import report  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
+from hermes_cli.config import hermes_home  # noqa: E402
 
 
 def rebuild(index: Path) -> None:
@@ -43,7 +43,7 @@ def main() -> None:
     parser.add_argument("--b", default="0.3,0.5,0.75")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    home = Path(os.environ.get("HERMES_HOME", Path.home() / ".hermes")).expanduser()
+    home = hermes_home()
     dataset = load_dataset(args.dataset, args.split)
     names, config = workspace(dataset, parse_knowledgebase({}), home)
     config = replace(config, min_score=0.0)
