@@ -38,7 +38,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    hermes = [sys.executable, "-m", "hermes_cli.main"]
+    hermes = [sys.executable, "-m", "hermes_kb.hermes_cli.main"]
     with tempfile.TemporaryDirectory() as home:
         env = {**os.environ, "HERMES_HOME": home}
         subprocess.run([*hermes, "kb", "index", str(REPO / "docs")], env=env, cwd=REPO, check=True, capture_output=True)

@@ -21,10 +21,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.knowledgebase.chunker import chunk_document  # noqa: E402
-from agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
-from agent.knowledgebase.embeddings import FastEmbedEmbedder, pip_model_dir  # noqa: E402
-from agent.knowledgebase.loaders import Document  # noqa: E402
+from hermes_kb.agent.knowledgebase.chunker import chunk_document  # noqa: E402
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
+from hermes_kb.agent.knowledgebase.embeddings import FastEmbedEmbedder, pip_model_dir  # noqa: E402
+from hermes_kb.agent.knowledgebase.loaders import Document  # noqa: E402
 from benchmarks._report import report  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 

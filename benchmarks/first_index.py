@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.knowledgebase.evaluation import load_dataset, materialise  # noqa: E402
+from hermes_kb.agent.knowledgebase.evaluation import load_dataset, materialise  # noqa: E402
 from benchmarks._report import peak_rss_mb, report  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 
@@ -35,7 +35,7 @@ def index_in_child(folder: Path, home: Path) -> tuple[dict, float, float]:
     env = {**os.environ, "HERMES_HOME": str(home)}
     started = time.perf_counter()
     with tempfile.TemporaryFile() as stdout, tempfile.TemporaryFile() as stderr:
-        child = subprocess.Popen([sys.executable, "-m", "hermes_cli.main", "kb", "index", str(folder), "--json"],
+        child = subprocess.Popen([sys.executable, "-m", "hermes_kb.hermes_cli.main", "kb", "index", str(folder), "--json"],
                                  env=env, cwd=REPO, stdout=stdout, stderr=stderr)
         peak = 0.0
         while child.poll() is None:  # VmHWM only grows; the last reading before exit is the peak

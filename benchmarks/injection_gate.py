@@ -26,13 +26,13 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
-from agent.knowledgebase.context import AutoRetriever, confidence  # noqa: E402
-from agent.knowledgebase.evaluation import load_dataset, workspace  # noqa: E402
-from agent.knowledgebase.service import KnowledgeBase  # noqa: E402
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
+from hermes_kb.agent.knowledgebase.context import AutoRetriever, confidence  # noqa: E402
+from hermes_kb.agent.knowledgebase.evaluation import load_dataset, workspace  # noqa: E402
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from benchmarks._report import report  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
-from hermes_cli.config import hermes_home  # noqa: E402
+from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
 
 OFFTOPIC = Path(__file__).resolve().parent / "data" / "offtopic_questions.txt"
 GRID = [round(0.50 + 0.05 * i, 3) for i in range(21)]

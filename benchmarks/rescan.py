@@ -14,8 +14,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
-from agent.knowledgebase.service import KnowledgeBase  # noqa: E402
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from benchmarks._report import report, write_notes  # noqa: E402
 
 

@@ -19,11 +19,11 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
-from agent.knowledgebase.evaluation import evaluate  # noqa: E402
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
+from hermes_kb.agent.knowledgebase.evaluation import evaluate  # noqa: E402
 from benchmarks._report import report  # noqa: E402
-from hermes_cli.config import hermes_home  # noqa: E402
-from hermes_cli.kb_command import EVALUATION_COLUMNS, evaluation_rows  # noqa: E402
+from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
+from hermes_kb.hermes_cli.kb_command import EVALUATION_COLUMNS, evaluation_rows  # noqa: E402
 
 DEFAULT_DATASET = Path(__file__).resolve().parents[2] / "shared" / "eval" / "scifact"
 

@@ -17,15 +17,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agent.knowledgebase import retriever  # noqa: E402
-from agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
-from agent.knowledgebase.evaluation import DOC_DEPTH, load_dataset, workspace  # noqa: E402
-from agent.knowledgebase.retriever import SearchOptions, SearchResult, SearchSource  # noqa: E402
-from agent.knowledgebase.service import KnowledgeBase  # noqa: E402
-from agent.knowledgebase.store import IndexStore  # noqa: E402
+from hermes_kb.agent.knowledgebase import retriever  # noqa: E402
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
+from hermes_kb.agent.knowledgebase.evaluation import DOC_DEPTH, load_dataset, workspace  # noqa: E402
+from hermes_kb.agent.knowledgebase.retriever import SearchOptions, SearchResult, SearchSource  # noqa: E402
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
+from hermes_kb.agent.knowledgebase.store import IndexStore  # noqa: E402
 from benchmarks._report import report  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
-from hermes_cli.config import hermes_home  # noqa: E402
+from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
 
 
 def gather(kb: KnowledgeBase, queries: dict[str, str], pool_k: int) -> dict[str, list]:

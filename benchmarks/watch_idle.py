@@ -35,7 +35,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as scratch:
         root = write_notes(Path(scratch) / "tree", args.files)
         env = {**os.environ, "HERMES_HOME": str(Path(scratch) / "home")}
-        hermes = [sys.executable, "-m", "hermes_cli.main", "kb"]
+        hermes = [sys.executable, "-m", "hermes_kb.hermes_cli.main", "kb"]
         subprocess.run([*hermes, "index", str(root)], env=env, cwd=REPO, check=True, capture_output=True)
         watcher = subprocess.Popen([*hermes, "watch", str(root)], env=env, cwd=REPO,
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 import yaml
 
-from agent.knowledgebase.config import parse_knowledgebase
-from agent.knowledgebase.embeddings import ModelIdentity
-from agent.knowledgebase.service import KnowledgeBase
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+from hermes_kb.agent.knowledgebase.embeddings import ModelIdentity
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase
 
 
 class StubEmbedder:
@@ -76,8 +76,8 @@ def write_config(hermes_home):
 @pytest.fixture(scope="session")
 def real_embedder(tmp_path_factory):
     """The default offline model, loaded once for the whole session."""
-    from agent.knowledgebase.config import EmbeddingConfig
-    from agent.knowledgebase.embeddings import create_embedder
+    from hermes_kb.agent.knowledgebase.config import EmbeddingConfig
+    from hermes_kb.agent.knowledgebase.embeddings import create_embedder
 
     return create_embedder(EmbeddingConfig(), tmp_path_factory.mktemp("model-home"))
 

@@ -5,10 +5,10 @@ import json
 import pytest
 from rich.console import Console
 
-from agent.hooks import PRE_LLM_CALL
-from agent.knowledgebase.context import BLOCK_HEADER
-from agent.llm import LLMClient, LLMConfig, LLMError
-from hermes_cli.chat import build_runtime
+from hermes_kb.agent.hooks import PRE_LLM_CALL
+from hermes_kb.agent.knowledgebase.context import BLOCK_HEADER
+from hermes_kb.agent.llm import LLMClient, LLMConfig, LLMError
+from hermes_kb.hermes_cli.chat import build_runtime
 
 from ..helpers_http import RecordingServer
 

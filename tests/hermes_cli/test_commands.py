@@ -13,8 +13,8 @@ import pytest
 from prompt_toolkit.document import Document
 from rich.console import Console
 
-from hermes_cli.chat import build_runtime
-from agent.llm import LLMClient, LLMConfig
+from hermes_kb.hermes_cli.chat import build_runtime
+from hermes_kb.agent.llm import LLMClient, LLMConfig
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -75,14 +75,14 @@ def test_tab_completion_of_commands_and_kb_verbs(runtime):
 def test_hermes_chat_in_a_pseudo_terminal_shows_kb_status(tree, write_config, hermes_home):
     root = tree({"a.md": "# A\n\nalpha\n"})
     write_config({"directories": [{"path": str(root), "name": "ptynotes"}], "reindex_on_change": False})
-    subprocess.run([sys.executable, "-m", "hermes_cli.main", "kb", "index", "ptynotes"], check=True, cwd=REPO,
+    subprocess.run([sys.executable, "-m", "hermes_kb.hermes_cli.main", "kb", "index", "ptynotes"], check=True, cwd=REPO,
                    env={**os.environ, "HERMES_HOME": str(hermes_home)}, capture_output=True)
     pid, fd = pty.fork()
     if pid == 0:  # child: the chat, on the pty
         os.environ.update({"HERMES_HOME": str(hermes_home), "TERM": "xterm", "COLUMNS": "160", "LINES": "40",
                            "PROMPT_TOOLKIT_NO_CPR": "1"})
         os.chdir(REPO)
-        os.execv(sys.executable, [sys.executable, "-m", "hermes_cli.main", "chat"])
+        os.execv(sys.executable, [sys.executable, "-m", "hermes_kb.hermes_cli.main", "chat"])
     screen = b""
 
     def read_until(marker: bytes, timeout: float = 30) -> None:

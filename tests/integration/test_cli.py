@@ -14,7 +14,7 @@ import pytest
 from ..helpers_index import index_contents
 
 pytestmark = pytest.mark.integration
-HERMES = [sys.executable, "-m", "hermes_cli.main"]
+HERMES = [sys.executable, "-m", "hermes_kb.hermes_cli.main"]
 REPO = Path(__file__).resolve().parents[2]
 
 

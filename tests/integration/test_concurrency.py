@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.knowledgebase.config import parse_knowledgebase
-from agent.knowledgebase.service import KnowledgeBase
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase
 
 from ..helpers_index import index_contents
 
@@ -25,7 +25,7 @@ def make_corpus(root: Path, n: int = 60) -> Path:
 
 
 def fresh_index(corpus: Path, home: Path) -> dict:
-    subprocess.run([sys.executable, "-m", "hermes_cli.main", "kb", "index", str(corpus)], check=True, cwd=REPO,
+    subprocess.run([sys.executable, "-m", "hermes_kb.hermes_cli.main", "kb", "index", str(corpus)], check=True, cwd=REPO,
                    env={**os.environ, "HERMES_HOME": str(home)}, capture_output=True)
     return index_contents(next((home / "knowledgebase" / "indexes").glob("*.sqlite")))
 
@@ -33,8 +33,8 @@ def fresh_index(corpus: Path, home: Path) -> dict:
 WRITER = textwrap.dedent("""
     import sys, time
     from pathlib import Path
-    from agent.knowledgebase.config import parse_knowledgebase
-    from agent.knowledgebase.service import KnowledgeBase
+    from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+    from hermes_kb.agent.knowledgebase.service import KnowledgeBase
     corpus, home, seconds = Path(sys.argv[1]), Path(sys.argv[2]), float(sys.argv[3])
     kb = KnowledgeBase(parse_knowledgebase({"directories": [str(corpus)]}), home)
     deadline, rounds = time.time() + seconds, 0
@@ -79,7 +79,7 @@ def test_two_processes_indexing_one_directory_at_once(tmp_path):
     corpus = make_corpus(tmp_path / "corpus", 80)
     home = tmp_path / "home"
     env = {**os.environ, "HERMES_HOME": str(home)}
-    command = [sys.executable, "-m", "hermes_cli.main", "kb", "index", str(corpus)]
+    command = [sys.executable, "-m", "hermes_kb.hermes_cli.main", "kb", "index", str(corpus)]
     first = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     second = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     outputs = [p.communicate(timeout=300) for p in (first, second)]

@@ -5,8 +5,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from agent.knowledgebase.config import parse_knowledgebase
-from agent.knowledgebase.service import KnowledgeBase
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]

@@ -1,8 +1,8 @@
 import pytest
 
-from agent.knowledgebase.chunker import MAX_WINDOWS, VECTOR_WINDOW, chunk_document, estimate_tokens
-from agent.knowledgebase.config import ChunkingConfig
-from agent.knowledgebase.loaders import Document
+from hermes_kb.agent.knowledgebase.chunker import MAX_WINDOWS, VECTOR_WINDOW, chunk_document, estimate_tokens
+from hermes_kb.agent.knowledgebase.config import ChunkingConfig
+from hermes_kb.agent.knowledgebase.loaders import Document
 
 PROSE = "\n\n".join(
     " ".join(f"Sentence {p}.{s} talks about topic {p} with several plain words in it." for s in range(8))

@@ -1,6 +1,6 @@
 import pytest
 
-from agent.knowledgebase.config import ConfigError, parse_knowledgebase
+from hermes_kb.agent.knowledgebase.config import ConfigError, parse_knowledgebase
 
 
 def test_defaults_when_section_missing():

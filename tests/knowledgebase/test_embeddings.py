@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from agent.knowledgebase.config import parse_knowledgebase
-from agent.knowledgebase.embeddings import EmbeddingError, create_embedder, pip_model_dir
-from agent.knowledgebase.service import KnowledgeBase
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+from hermes_kb.agent.knowledgebase.embeddings import EmbeddingError, create_embedder, pip_model_dir
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase
 
 from ..helpers_http import RecordingServer
 

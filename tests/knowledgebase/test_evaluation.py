@@ -3,8 +3,8 @@ from pathlib import Path
 
 import pytest
 
-from agent.knowledgebase.config import parse_knowledgebase
-from agent.knowledgebase.evaluation import EvaluationError, evaluate
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+from hermes_kb.agent.knowledgebase.evaluation import EvaluationError, evaluate
 
 SCIFACT = Path(__file__).resolve().parents[3] / "shared" / "eval" / "scifact"
 
@@ -45,7 +45,7 @@ def test_scifact_smoke_run_through_the_cli(hermes_home):
     import subprocess
     import sys
 
-    result = subprocess.run([sys.executable, "-m", "hermes_cli.main", "kb", "eval", str(SCIFACT), "--limit", "5", "--json"],
+    result = subprocess.run([sys.executable, "-m", "hermes_kb.hermes_cli.main", "kb", "eval", str(SCIFACT), "--limit", "5", "--json"],
                             capture_output=True, text=True, timeout=600, cwd=Path(__file__).resolve().parents[2],
                             env={**os.environ, "HERMES_HOME": str(hermes_home)})
     assert result.returncode == 0, result.stderr

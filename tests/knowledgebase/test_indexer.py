@@ -3,12 +3,12 @@ import time
 
 import pytest
 
-from agent.knowledgebase.chunker import chunk_document
-from agent.knowledgebase.config import ChunkingConfig
-from agent.knowledgebase.indexer import ModelMismatchError
-from agent.knowledgebase.loaders import Document
-from agent.knowledgebase.store import IndexStore
-from agent.knowledgebase.vector_cache import VectorCache
+from hermes_kb.agent.knowledgebase.chunker import chunk_document
+from hermes_kb.agent.knowledgebase.config import ChunkingConfig
+from hermes_kb.agent.knowledgebase.indexer import ModelMismatchError
+from hermes_kb.agent.knowledgebase.loaders import Document
+from hermes_kb.agent.knowledgebase.store import IndexStore
+from hermes_kb.agent.knowledgebase.vector_cache import VectorCache
 
 from ..conftest import StubEmbedder
 

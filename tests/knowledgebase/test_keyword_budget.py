@@ -1,10 +1,10 @@
 import pytest
 
-from agent.knowledgebase import store as store_module
-from agent.knowledgebase.chunker import Chunk
-from agent.knowledgebase.config import ConfigError, parse_knowledgebase
-from agent.knowledgebase.retriever import affordable_terms, fts_query
-from agent.knowledgebase.store import IndexStore
+from hermes_kb.agent.knowledgebase import store as store_module
+from hermes_kb.agent.knowledgebase.chunker import Chunk
+from hermes_kb.agent.knowledgebase.config import ConfigError, parse_knowledgebase
+from hermes_kb.agent.knowledgebase.retriever import affordable_terms, fts_query
+from hermes_kb.agent.knowledgebase.store import IndexStore
 
 
 def fill(store: IndexStore, texts: list[str], per_file: int = 100) -> None:

@@ -1,11 +1,11 @@
 import numpy as np
 import pytest
 
-from agent.knowledgebase import keyword_cache, vector_cache
-from agent.knowledgebase.chunker import Chunk
-from agent.knowledgebase.keyword_cache import KeywordCache, cache_path, read_generation, words
-from agent.knowledgebase.retriever import fts_query, query_terms
-from agent.knowledgebase.store import IndexStore, remove_index
+from hermes_kb.agent.knowledgebase import keyword_cache, vector_cache
+from hermes_kb.agent.knowledgebase.chunker import Chunk
+from hermes_kb.agent.knowledgebase.keyword_cache import KeywordCache, cache_path, read_generation, words
+from hermes_kb.agent.knowledgebase.retriever import fts_query, query_terms
+from hermes_kb.agent.knowledgebase.store import IndexStore, remove_index
 
 TEXT = ("Café owners' NAÏVE résumés: running shoes, foo_bar and 3D-printed cells; "
         "the connections connected and generalization of apoptosis in 2019.")

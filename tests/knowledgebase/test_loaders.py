@@ -2,7 +2,7 @@ import io
 
 import pytest
 
-from agent.knowledgebase.loaders import LoadError, load
+from hermes_kb.agent.knowledgebase.loaders import LoadError, load
 
 
 def test_undecodable_bytes_do_not_crash():

@@ -1,6 +1,6 @@
 import os
 
-from agent.knowledgebase.scanner import scan
+from hermes_kb.agent.knowledgebase.scanner import scan
 
 
 def paths(result):

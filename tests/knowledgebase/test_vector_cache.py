@@ -1,9 +1,9 @@
 import numpy as np
 import pytest
 
-from agent.knowledgebase import vector_cache
-from agent.knowledgebase.store import IndexStore, remove_index
-from agent.knowledgebase.vector_cache import VectorCache, build, cache_path, read_generation
+from hermes_kb.agent.knowledgebase import vector_cache
+from hermes_kb.agent.knowledgebase.store import IndexStore, remove_index
+from hermes_kb.agent.knowledgebase.vector_cache import VectorCache, build, cache_path, read_generation
 
 
 def clustered(count: int, dim: int = 48, seed: int = 3, centres: int = 20) -> np.ndarray:
@@ -147,8 +147,8 @@ def test_every_write_moves_the_generation(tmp_path):
 
 
 def test_reading_sqlite_vec_storage_directly_matches_the_virtual_table(tmp_path):
-    from agent.knowledgebase.chunker import Chunk
-    from agent.knowledgebase.embeddings import ModelIdentity
+    from hermes_kb.agent.knowledgebase.chunker import Chunk
+    from hermes_kb.agent.knowledgebase.embeddings import ModelIdentity
 
     vectors = clustered(2500)
     with IndexStore(tmp_path / "i.sqlite") as store:

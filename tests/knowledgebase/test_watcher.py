@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from agent.knowledgebase.watcher import KnowledgebaseWatcher
+from hermes_kb.agent.knowledgebase.watcher import KnowledgebaseWatcher
 
 DEBOUNCE = 0.3
 MARGIN = 5.0

@@ -3,9 +3,9 @@ import os
 
 import pytest
 
-from agent.knowledgebase.config import parse_knowledgebase
-from tools.knowledgebase_tool import register_knowledgebase_tools
-from tools.registry import MAX_RESULT_CHARS, ToolRegistry
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+from hermes_kb.tools.knowledgebase_tool import register_knowledgebase_tools
+from hermes_kb.tools.registry import MAX_RESULT_CHARS, ToolRegistry
 
 
 @pytest.fixture

@@ -8,8 +8,8 @@ import sys
 
 from rich.console import Console
 
-from agent.knowledgebase.config import ConfigError
-from agent.knowledgebase.service import KnowledgeBase
+from hermes_kb.agent.knowledgebase.config import ConfigError
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase
 
 from . import config as hermes_config
 from .kb_command import run_kb

@@ -16,8 +16,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
-from agent.knowledgebase.retriever import MODES
-from agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
+from hermes_kb.agent.knowledgebase.retriever import MODES
+from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
 VERBS = ("index", "search", "status", "clear", "eval")
 
 
@@ -197,7 +197,7 @@ def _clear(kb: KnowledgeBase, args, out: Console, err: Console, confirm: Callabl
 def _watch(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     import threading
 
-    from agent.knowledgebase.watcher import KnowledgebaseWatcher
+    from hermes_kb.agent.knowledgebase.watcher import KnowledgebaseWatcher
 
     directories = kb.targets(args.target)
     for summary in kb.index(args.target, progress=lambda: RichProgress(err)):
@@ -226,7 +226,7 @@ def _print_sync(summary, out: Console, as_json: bool) -> None:
 
 
 def evaluation_rows(report) -> list[list[object]]:
-    from agent.knowledgebase.evaluation import METRICS
+    from hermes_kb.agent.knowledgebase.evaluation import METRICS
 
     return [[s.name, *(f"{s.metrics[m]:.4f}" for m in METRICS),
              f"{s.p50_ms:.1f}", f"{s.p95_ms:.1f}"] for s in report.systems]
@@ -239,7 +239,7 @@ def _eval(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     from pathlib import Path
 
     try:
-        from agent.knowledgebase.evaluation import EvaluationError, evaluate
+        from hermes_kb.agent.knowledgebase.evaluation import EvaluationError, evaluate
     except ImportError:
         err.print("error: evaluation needs ranx: pip install 'hermes-knowledgebase[eval]'")
         return 1

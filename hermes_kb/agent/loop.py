@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from tools.registry import ToolRegistry
+from hermes_kb.tools.registry import ToolRegistry
 
 from .hooks import PRE_LLM_CALL, HookRegistry
 from .llm import LLMClient, LLMError

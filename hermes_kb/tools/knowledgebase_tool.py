@@ -9,9 +9,9 @@ from __future__ import annotations
 import json
 from typing import Callable
 
-from agent.knowledgebase.config import KnowledgebaseConfig
-from agent.knowledgebase.retriever import MODES
-from agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
+from hermes_kb.agent.knowledgebase.config import KnowledgebaseConfig
+from hermes_kb.agent.knowledgebase.retriever import MODES
+from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
 
 from .registry import ToolRegistry, error
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import yaml
 
-from agent.knowledgebase.config import ConfigError, KnowledgebaseConfig, parse_knowledgebase
+from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig, parse_knowledgebase
 
 
 def hermes_home() -> Path:

@@ -19,15 +19,15 @@ from typing import Callable
 from rich.console import Console
 from rich.markup import escape
 
-from agent.hooks import PRE_LLM_CALL, HookRegistry
-from agent.knowledgebase.config import ConfigError, KnowledgebaseConfig, expand
-from agent.knowledgebase.context import AutoRetriever
-from agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
-from agent.knowledgebase.watcher import KnowledgebaseWatcher
-from agent.llm import LLMClient, LLMConfig, LLMError
-from agent.loop import ChatSession
-from tools.knowledgebase_tool import register_knowledgebase_tools
-from tools.registry import ToolRegistry
+from hermes_kb.agent.hooks import PRE_LLM_CALL, HookRegistry
+from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig, expand
+from hermes_kb.agent.knowledgebase.context import AutoRetriever
+from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
+from hermes_kb.agent.knowledgebase.watcher import KnowledgebaseWatcher
+from hermes_kb.agent.llm import LLMClient, LLMConfig, LLMError
+from hermes_kb.agent.loop import ChatSession
+from hermes_kb.tools.knowledgebase_tool import register_knowledgebase_tools
+from hermes_kb.tools.registry import ToolRegistry
 
 from . import config as hermes_config
 from .commands import CommandRegistry, SlashCommand
