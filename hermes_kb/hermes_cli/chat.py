@@ -31,7 +31,7 @@ from hermes_kb.tools.registry import ToolRegistry
 
 from . import config as hermes_config
 from .commands import CommandRegistry, SlashCommand
-from .kb_command import VERBS, run_slash_kb
+from .kb_command import VERBS, ask_terminal, run_slash_kb
 
 log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -82,11 +82,13 @@ def _start_freshness(kb: KnowledgeBase, config: KnowledgebaseConfig) -> Knowledg
 
 def build_runtime(out: Console, err: Console, llm: LLMClient, auto_retrieve: bool = True,
                   confirm: Callable[[str], bool] | None = None) -> ChatRuntime:
+    """`confirm` asks the person at the terminal; None (as in `chat -q`) means nobody can answer, so
+    a model's request to index a new folder or clear an index is refused."""
     kb_config = hermes_config.load_kb_config()
     home = hermes_config.hermes_home()
     kb = KnowledgeBase(kb_config, home)  # one per chat: the embedding model loads once
     tools = ToolRegistry()
-    register_knowledgebase_tools(tools, lambda: kb, lambda: kb_config)
+    register_knowledgebase_tools(tools, lambda: kb, lambda: kb_config, ask=confirm)
     hooks = HookRegistry()
     retriever = None
     if kb_config.enabled and auto_retrieve:
@@ -147,7 +149,8 @@ def run_chat(argv: list[str], out: Console, err: Console) -> int:
     parser.add_argument("--no-auto-retrieve", action="store_true", help="do not inject knowledgebase context")
     args = parser.parse_args(argv)
     llm = LLMClient(llm_config(hermes_config.load_config().get("model"), args.base_url, args.model))
-    runtime = build_runtime(out, err, llm, auto_retrieve=not args.no_auto_retrieve)
+    runtime = build_runtime(out, err, llm, auto_retrieve=not args.no_auto_retrieve,
+                            confirm=None if args.query else ask_terminal)
     home = hermes_config.hermes_home()
     if args.query:
         return 0 if _answer(runtime, args.query, out, err) else 1

@@ -261,14 +261,18 @@ def _eval(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     return 0
 
 
-def _ask(prompt: str) -> bool:
+def ask_terminal(prompt: str) -> bool:
+    """Yes only from a person typing y at a terminal; piped input never confirms anything."""
     if not sys.stdin.isatty():
         return False
-    return input(prompt).strip().lower() in ("y", "yes")
+    try:
+        return input(prompt).strip().lower() in ("y", "yes")
+    except EOFError:
+        return False
 
 
 def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
-           confirm: Callable[[str], bool] = _ask, prog: str = "hermes kb", foreground: bool = True) -> int:
+           confirm: Callable[[str], bool] = ask_terminal, prog: str = "hermes kb", foreground: bool = True) -> int:
     """Parse and run one kb verb; every user error becomes one sentence and exit code 1 (2 for usage)."""
     parser = build_parser(prog)
     try:
@@ -295,7 +299,7 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
 
 
 def run_slash_kb(line: str, kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
-                 confirm: Callable[[str], bool] = _ask) -> int:
+                 confirm: Callable[[str], bool] = ask_terminal) -> int:
     """`/kb index docs` in the chat runs exactly what `hermes kb index docs` runs."""
     try:
         argv = shlex.split(line)

@@ -59,8 +59,11 @@ def test_kb_read_accepts_absolute_path_inside(registry):
     assert call(reg, "kb_read", path=str(root / "secret-inside.md"))["text"] == "ok"
 
 
-def test_status_index_clear(registry):
-    reg, _, _ = registry
+def test_status_index_clear(tree, make_kb):
+    kb = make_kb(tree({"a.md": "fox", "b.md": "dog"}))
+    kb.index()
+    reg = ToolRegistry()
+    register_knowledgebase_tools(reg, lambda: kb, lambda: kb.config, ask=lambda question: "delete the index" in question)
     assert call(reg, "kb_status")[0]["files"] == 2
     assert call(reg, "kb_index")[0]["unchanged"] == 2
     assert call(reg, "kb_clear", directory="docs") == {"cleared": ["docs"]}

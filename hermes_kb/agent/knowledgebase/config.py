@@ -87,6 +87,10 @@ class KnowledgebaseConfig:
     watch_for_changes: bool = False
     watch_debounce_s: float = 2.0
     max_file_bytes: int = 5_000_000
+    # What a model's tool call may do without the user's yes where nobody can be asked (see tools/permissions.py).
+    allow_model_index_new_folders: bool = False
+    allow_model_clear: bool = False
+    allow_secrets: tuple[str, ...] = ()  # globs of files indexed whole, secrets and all (opt-in, per file)
 
     def directory(self, name_or_path: str) -> DirectoryConfig | None:
         """Find a configured directory by name or by path."""
@@ -172,6 +176,9 @@ _SCALARS: dict[str, Callable[[str, Any], Any]] = {
     "watch_debounce_s": _number(float, 0.05, 600.0),
     "max_file_bytes": _number(int, 1),
     "exclude": _globs,
+    "allow_model_index_new_folders": _bool,
+    "allow_model_clear": _bool,
+    "allow_secrets": _globs,
 }
 _CHUNKING_KEYS = {"chunk_size": _number(int, 32, 2000), "chunk_overlap": _number(int, 0, 1000)}
 _KNOWN_TOP = set(_SCALARS) | set(_CHUNKING_KEYS) | {"directories", "embedding_model", "embedding"}

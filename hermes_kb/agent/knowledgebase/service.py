@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import embeddings, keyword_cache, vector_cache
-from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig
+from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, expand
 from .embeddings import EmbeddingError
 from .indexer import (
     IndexSummary,
@@ -122,6 +122,17 @@ class KnowledgeBase:
             return [self.config.ad_hoc(target)]
         except ConfigError as exc:
             raise KnowledgebaseError(str(exc)) from None
+
+    def indexed_target(self, target: str) -> DirectoryConfig | None:
+        """A configured directory or a folder already indexed by hand, by name or path; None otherwise.
+
+        This is the set a model's tool call may touch: unlike `targets`, it never makes up a new ad-hoc folder.
+        """
+        directory = self.config.directory(target)
+        if directory is not None:
+            return directory
+        wanted = Path(expand(target)).resolve()
+        return next((d for d in self._ad_hoc_indexed() if d.name == target or d.path == wanted), None)
 
     def _ad_hoc_indexed(self) -> list[DirectoryConfig]:
         """Folders indexed by path (not listed in config.yaml) still exist for search and status."""
