@@ -103,6 +103,11 @@ class KnowledgebaseConfig:
                 return directory
         return None
 
+    def scan_rules(self, directory: DirectoryConfig) -> dict:
+        """What decides a file's place in an index: the scanner's keyword arguments, in one place."""
+        return {"exclude": (*self.exclude, *directory.exclude), "max_file_bytes": self.max_file_bytes,
+                "allow_secrets": self.allow_secrets}
+
     def ad_hoc(self, path: str) -> DirectoryConfig:
         """A directory the config does not list, indexed with the global settings."""
         root = Path(expand(path)).resolve()

@@ -10,22 +10,26 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Protocol
 
 import numpy as np
+import pathspec
 
 from . import keyword_cache, vector_cache
 from .chunker import Chunk, chunk_document, chunker_signature
 from .config import DirectoryConfig, KnowledgebaseConfig
 from .embeddings import Embedder, ModelIdentity
+from .file_access import read_inside
 from .loaders import LoadError, load
+from .secret_scan import redact
 from .scanner import ScannedFile, scan
 from .store import FileRow, IndexStore, StoreError
 
 log = logging.getLogger(__name__)
 
 EMBED_BATCH_CHUNKS = 64  # chunks gathered across files per embedding pass and write burst
+SECRETS_VERSION = 1  # part of the chunking signature: a change re-chunks every file (vectors are reused)
 
 
 class ModelMismatchError(RuntimeError):
@@ -64,11 +68,13 @@ class IndexSummary:
     skipped: list[tuple[str, str]] = field(default_factory=list)
     chunks_embedded: int = 0
     chunks_reused: int = 0
+    secrets_redacted: list[tuple[str, int]] = field(default_factory=list)  # (path, secrets removed)
     seconds: float = 0.0
 
     def to_dict(self) -> dict:
         data = asdict(self)
         data["skipped"] = [{"path": p, "reason": r} for p, r in self.skipped]
+        data["secrets_redacted"] = [{"path": p, "count": n} for p, n in self.secrets_redacted]
         return data
 
 
@@ -95,6 +101,7 @@ class _Run:
         self.embedder: Embedder | None = None
         self.summary = IndexSummary(directory.name, str(directory.path))
         self.pending: list[_Pending] = []
+        self.secrets_allowed = pathspec.GitIgnoreSpec.from_lines(config.allow_secrets)
 
     def _embedder(self) -> Embedder:
         if self.embedder is None:
@@ -143,7 +150,9 @@ class _Run:
 
     def process(self, file: ScannedFile, row: FileRow | None, rechunk: bool) -> None:
         try:
-            data = file.abs_path.read_bytes()
+            # Opened without following links out of the root: a file swapped for a symlink after the
+            # scan cannot pull outside text into the index (or to an embedding service).
+            data = read_inside(str(self.directory.path), file.rel_path, self.config.max_file_bytes)
         except OSError as exc:
             self.summary.skipped.append((file.rel_path, f"unreadable ({exc.strerror})"))
             self.progress.advance(files=1)
@@ -156,6 +165,11 @@ class _Run:
             return
         try:
             document = load(data, file.kind)
+            if not self.secrets_allowed.match_file(file.rel_path):
+                redacted = redact(document.text)
+                if redacted.found:
+                    document = replace(document, text=redacted.text)
+                    self.summary.secrets_redacted.append((file.rel_path, len(redacted.found)))
             chunks = chunk_document(document, file.abs_path.name, self.directory.chunking)
         except LoadError as exc:
             # Recorded with its stat so an unchanged broken file is not retried every run.
@@ -170,11 +184,10 @@ class _Run:
     def run(self) -> IndexSummary:
         started = time.perf_counter()
         root = self.directory.path
-        scanned = scan(root, (*self.config.exclude, *self.directory.exclude), self.config.max_file_bytes,
-                       ignore_paths=(self.store.path,))
+        scanned = scan(root, ignore_paths=(self.store.path,), **self.config.scan_rules(self.directory))
         self.summary.skipped.extend(scanned.skipped)
         existing = self.store.files()
-        signature = chunker_signature(self.directory.chunking)
+        signature = f"{chunker_signature(self.directory.chunking)}:secrets={SECRETS_VERSION}"
         if not existing:
             self.store.set_meta(chunker=signature)
         rechunk = self.full or self.store.meta("chunker") != signature

@@ -126,5 +126,10 @@ LOADERS: dict[str, Callable[[bytes, str], Document]] = {
 }
 
 
+def is_plain_text(kind: str) -> bool:
+    """Whether the file's bytes are its text (so it can be streamed) rather than a format to convert."""
+    return LOADERS.get(kind, _plain) is _plain
+
+
 def load(data: bytes, kind: str) -> Document:
     return LOADERS.get(kind, _plain)(data, kind)

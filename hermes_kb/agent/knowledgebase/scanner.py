@@ -26,6 +26,16 @@ BUILTIN_EXCLUDES = (
     "*.sqlite.vectors", "*.sqlite.vectors.tmp*", "*.sqlite.terms", "*.sqlite.terms.tmp*",
 )
 
+# Files that hold credentials by convention: never indexed (so never embedded, searched or read by a
+# model) unless the user opts a file back in with `allow_secrets`.
+SECRET_FILES = (
+    ".env*", "*.env", ".envrc", ".netrc", "_netrc", ".npmrc", ".pypirc", ".pgpass", ".git-credentials",
+    ".htpasswd", "*.pem", "*.key", "*.p12", "*.pfx", "*.jks", "*.keystore", "*.kdbx", "*.kdb", "*.keychain*",
+    "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "*.ppk", ".ssh/", ".gnupg/", ".aws/", ".azure/",
+    ".docker/config.json", ".kube/config", "credentials", "credentials.json", "*.tfstate", "*.tfstate.backup",
+    "*.ovpn", "secrets.y*ml", ".secrets*",
+)
+
 KINDS = {
     ".md": "markdown", ".markdown": "markdown", ".mdx": "markdown",
     ".txt": "text", ".text": "text", ".rst": "rst", ".log": "text", ".csv": "text",
@@ -70,9 +80,11 @@ class IgnoreRules:
     parent excluded.
     """
 
-    def __init__(self, root: Path, exclude: tuple[str, ...] = ()):
+    def __init__(self, root: Path, exclude: tuple[str, ...] = (), allow_secrets: tuple[str, ...] = ()):
         self.root = root
         self._fixed = pathspec.GitIgnoreSpec.from_lines([*BUILTIN_EXCLUDES, *exclude])
+        self._secret = pathspec.GitIgnoreSpec.from_lines(SECRET_FILES)
+        self._allowed_secrets = pathspec.GitIgnoreSpec.from_lines(allow_secrets)
         self._gitignores: dict[str, pathspec.GitIgnoreSpec | None] = {}
         self._chains: dict[str, list[tuple[int, pathspec.GitIgnoreSpec]]] = {}
 
@@ -105,6 +117,8 @@ class IgnoreRules:
         probe = rel_path + "/" if is_dir else rel_path
         if self._fixed.match_file(probe):
             return True
+        if self._secret.match_file(probe) and not self._allowed_secrets.match_file(probe):
+            return True
         verdict = None
         for offset, spec in self._specs_above(rel_path.rpartition("/")[0]):
             result = spec.check_file(probe[offset:])
@@ -113,11 +127,21 @@ class IgnoreRules:
         return bool(verdict)
 
 
+    def allows_secrets(self, rel_path: str) -> bool:
+        return self._allowed_secrets.match_file(rel_path)
+
+    def excluded(self, rel_path: str) -> bool:
+        """Whether a scan would leave this file out by rule: the file or any folder above it is ignored."""
+        parts = rel_path.split("/")
+        return any(self.ignored("/".join(parts[:depth]), True) for depth in range(1, len(parts))) \
+            or self.ignored(rel_path, False)
+
+
 def scan(root: Path, exclude: tuple[str, ...] = (), max_file_bytes: int = 5_000_000,
-         ignore_paths: tuple[Path, ...] = ()) -> ScanResult:
+         ignore_paths: tuple[Path, ...] = (), allow_secrets: tuple[str, ...] = ()) -> ScanResult:
     """Collect indexable files under root with their stat, and say why others were left out."""
     result = ScanResult()
-    rules = IgnoreRules(root, exclude)
+    rules = IgnoreRules(root, exclude, allow_secrets)
     root_real = os.path.realpath(root)
     ignore_real = {os.path.realpath(p) for p in ignore_paths}
     ignore_names = {os.path.basename(p) for p in ignore_real}  # realpath() only for names that could match

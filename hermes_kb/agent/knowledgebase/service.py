@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from . import embeddings, keyword_cache, vector_cache
+from . import embeddings, keyword_cache, readable, vector_cache
 from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, expand
 from .embeddings import EmbeddingError
 from .indexer import (
@@ -29,7 +29,7 @@ from .indexer import (
 )
 from .keyword_cache import KeywordCache
 from .retriever import SearchError, SearchOptions, SearchResult, SearchSource, search
-from .scanner import scan
+from .scanner import IgnoreRules, scan
 from .store import (
     IndexBusy,
     IndexStore,
@@ -263,24 +263,35 @@ class KnowledgeBase:
             return search(sources, query, lambda: self.embedder().embed_query(query), options)
 
     def read(self, path: str, start_line: int = 1, max_lines: int = 80) -> ReadResult:
-        """A window of a file inside a configured directory; nothing outside them, links included."""
+        """A window of a file the index includes; nothing else, whatever the path or its links say."""
         if start_line < 1 or max_lines < 1:
             raise KnowledgebaseError("start_line and max_lines must be at least 1.")
         for directory in self.targets(None):
-            root = os.path.realpath(directory.path)
-            candidate = Path(path) if os.path.isabs(path) else directory.path / path
-            real = os.path.realpath(candidate)
-            if not real.startswith(root + os.sep) or not os.path.isfile(real):
+            rel = self._inside(directory, path)
+            if rel is None:
                 continue
             try:
-                with open(real, encoding="utf-8", errors="replace") as handle:
-                    lines = handle.read().splitlines()
-            except OSError as exc:
-                raise KnowledgebaseError(f"Cannot read {path}: {exc.strerror}.") from None
-            end = min(len(lines), start_line + max_lines - 1)
-            return ReadResult(directory.name, os.path.relpath(real, root), start_line, end, len(lines),
-                              "\n".join(lines[start_line - 1:end]))
+                rules = self.config.scan_rules(directory)
+                window = readable.read_window(directory.path, rel,
+                                              IgnoreRules(directory.path, rules["exclude"], rules["allow_secrets"]),
+                                              self.config.max_file_bytes, start_line, max_lines)
+            except readable.NotReadable as exc:
+                raise KnowledgebaseError(f"Cannot read {path}: {exc}.") from None
+            if window is None:
+                continue
+            return ReadResult(directory.name, window.rel_path, start_line, window.end_line, window.total_lines, window.text)
         raise KnowledgebaseError(f"{path} is not a file inside an indexed directory.")
+
+    @staticmethod
+    def _inside(directory: DirectoryConfig, path: str) -> str | None:
+        """path relative to the directory's root (absolute paths must lie under it); None if it climbs out."""
+        if os.path.isabs(path):
+            root = str(directory.path)
+            if not os.path.normpath(path).startswith(root + os.sep):
+                return None
+            path = os.path.relpath(os.path.normpath(path), root)
+        rel = os.path.normpath(path).replace(os.sep, "/")
+        return None if rel == "." or rel.startswith("../") or rel == ".." else rel
 
     def status(self, target: str | None = None) -> list[dict]:
         rows = []
@@ -311,8 +322,7 @@ class KnowledgeBase:
         """Stat-only count of files added, modified or deleted since the last index."""
         if not directory.path.is_dir():
             return None
-        scanned = scan(directory.path, (*self.config.exclude, *directory.exclude), self.config.max_file_bytes,
-                       ignore_paths=(index_path,))
+        scanned = scan(directory.path, ignore_paths=(index_path,), **self.config.scan_rules(directory))
         present = {f.rel_path for f in scanned.files}
         changed = sum(1 for f in scanned.files
                       if f.rel_path not in known or (known[f.rel_path].size, known[f.rel_path].mtime_ns) != (f.size, f.mtime_ns))

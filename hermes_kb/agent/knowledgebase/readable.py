@@ -1,0 +1,98 @@
+"""kb_read's rule: a file can be read exactly when the index would include it.
+
+Same ignore rules as the scanner (built-in excludes, secret files, every
+.gitignore, configured globs), no links out of the root, nothing over
+max_file_bytes, nothing binary, and secrets redacted the same way as in the
+index. Plain text is streamed: only the asked-for lines are kept in memory.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from .file_access import AccessError, open_inside, read_inside
+from .loaders import LoadError, is_plain_text, load
+from .scanner import IgnoreRules, file_kind
+from .secret_scan import redact
+
+_KEY_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----")
+_KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----")
+BINARY_PROBE_BYTES = 8192
+
+
+class NotReadable(Exception):
+    """The file is in the directory but cannot be served; the message says why."""
+
+
+@dataclass(frozen=True)
+class Window:
+    rel_path: str
+    end_line: int
+    total_lines: int
+    text: str
+
+
+def read_window(root: Path, rel_path: str, rules: IgnoreRules, max_file_bytes: int,
+                start_line: int, max_lines: int) -> Window | None:
+    """Lines start_line.. of root/rel_path; None when the index would not include the file."""
+    if rules.excluded(rel_path):
+        return None
+    try:
+        with open_inside(str(root), rel_path) as (fd, real_rel):
+            if real_rel != rel_path and rules.excluded(real_rel):
+                return None
+            if os.fstat(fd).st_size > max_file_bytes:
+                raise NotReadable(f"it is larger than max_file_bytes ({max_file_bytes})")
+            kind = file_kind(real_rel)
+            if is_plain_text(kind):
+                window = _stream_lines(fd, start_line, max_lines)
+            else:
+                window = None
+    except AccessError:
+        return None
+    if window is None:  # a converted format (PDF, DOCX, HTML): its text, not its bytes
+        try:
+            text = load(read_inside(str(root), real_rel, max_file_bytes), kind).text
+        except (AccessError, LoadError) as exc:
+            raise NotReadable(str(exc)) from None
+        if not rules.allows_secrets(real_rel):
+            text = redact(text).text
+        lines = text.splitlines()
+        end = min(len(lines), start_line + max_lines - 1)
+        return Window(real_rel, end, len(lines), "\n".join(lines[start_line - 1:end]))
+    end_line, total, lines = window
+    text = "\n".join(lines)
+    if not rules.allows_secrets(real_rel):
+        text = redact(text).text
+    return Window(real_rel, end_line, total, text)
+
+
+def _stream_lines(fd: int, start_line: int, max_lines: int) -> tuple[int, int, list[str]]:
+    """(last line returned, total lines, the lines): one pass, only the window kept.
+
+    A private key block that starts before the window would lose its header, so
+    lines inside any key block are blanked here rather than left to `redact`.
+    """
+    with io.open(fd, "rb", closefd=False) as raw:
+        if b"\x00" in raw.peek(BINARY_PROBE_BYTES)[:BINARY_PROBE_BYTES]:
+            raise NotReadable("it is a binary file")
+        text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline=None)
+        lines: list[str] = []
+        total, in_key = 0, False
+        last = start_line + max_lines - 1
+        for total, line in enumerate(text, 1):
+            line = line.rstrip("\n")
+            begins = bool(_KEY_BEGIN.search(line))
+            masked = in_key or begins
+            if begins:
+                in_key = True
+            if in_key and _KEY_END.search(line):
+                in_key = False
+            if start_line <= total <= last:
+                lines.append("*" * len(line) if masked else line)
+        text.detach()
+    return min(total, last), total, lines
