@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from typing import Callable
 
 from rich.console import Console
-from rich.markup import escape
 
 from hermes_kb.agent.hooks import PRE_LLM_CALL, HookRegistry
 from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig, expand
@@ -32,6 +31,7 @@ from hermes_kb.tools.registry import ToolRegistry
 from . import config as hermes_config
 from .commands import CommandRegistry, SlashCommand
 from .kb_command import VERBS, ask_terminal, run_slash_kb
+from .terminal import printable, safe
 
 log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -104,7 +104,7 @@ def build_runtime(out: Console, err: Console, llm: LLMClient, auto_retrieve: boo
         return True
 
     def help_command(rest: str) -> bool:
-        out.print(escape(commands.help_text()))
+        out.print(safe(commands.help_text()))
         return True
 
     def new_command(rest: str) -> bool:
@@ -125,16 +125,16 @@ def build_runtime(out: Console, err: Console, llm: LLMClient, auto_retrieve: boo
 
 def _answer(runtime: ChatRuntime, question: str, out: Console, err: Console) -> bool:
     def on_token(token: str) -> None:
-        out.file.write(token)
+        out.file.write(printable(token))  # the model's words can carry escape sequences from documents
         out.file.flush()
 
     def on_tool(name: str, arguments: str, result: str) -> None:
-        err.print(f"[dim]→ {escape(name)}({escape(arguments[:120])})[/]")
+        err.print(f"[dim]→ {safe(name)}({safe(arguments[:120])})[/]")
 
     try:
         runtime.session.ask(question, on_token=on_token, on_tool=on_tool)
     except LLMError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {safe(str(exc))}")
         return False
     out.file.write("\n")
     out.file.flush()
@@ -167,7 +167,7 @@ def run_chat(argv: list[str], out: Console, err: Console) -> int:
             continue
         if runtime.commands.is_command(line):
             if not runtime.commands.dispatch(line, lambda name: err.print(
-                    f"Unknown command /{escape(name)}. /help lists the commands.")):
+                    f"Unknown command /{safe(name)}. /help lists the commands.")):
                 break
             continue
         if _answer(runtime, line, out, err):

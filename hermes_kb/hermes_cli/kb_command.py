@@ -12,12 +12,14 @@ import time
 from typing import Callable
 
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 from rich.table import Table
 
 from hermes_kb.agent.knowledgebase.retriever import MODES
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
+
+from .terminal import printable, safe
+
 VERBS = ("index", "search", "status", "clear", "eval")
 
 
@@ -79,7 +81,7 @@ class RichProgress:
                                  TextColumn("files · {task.fields[chunks]} chunks · {task.fields[rate]}"),
                                  TimeElapsedColumn(), TimeRemainingColumn(), console=self.console, transient=True)
         self.progress.start()
-        self.task = self.progress.add_task(f"indexing {directory}", total=total_files, chunks=0, rate="")
+        self.task = self.progress.add_task(f"indexing {safe(directory)}", total=total_files, chunks=0, rate="")
 
     def advance(self, files: int = 0, chunks: int = 0) -> None:
         self.chunks += chunks
@@ -90,7 +92,7 @@ class RichProgress:
                 self.progress.update(self.task, rate=f"{task.completed / task.elapsed:.1f} files/s")
 
     def note(self, text: str) -> None:
-        self.console.print(escape(text))
+        self.console.print(safe(text))
 
     def finish(self) -> None:
         if self.progress is not None:
@@ -101,7 +103,7 @@ class RichProgress:
 def _emit_json(out: Console, data) -> None:
     text = json.dumps(data, default=str)
     if out.is_terminal:
-        out.print_json(text)
+        out.print_json(text, ensure_ascii=True)  # C1 controls stay escaped too
     else:
         out.print(text, markup=False, highlight=False, emoji=False, soft_wrap=True)
 
@@ -113,12 +115,17 @@ def _index(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
         return 0
     for s in summaries:
         embedded = f"{s.chunks_embedded} chunks embedded, {s.chunks_reused} reused"
-        out.print(f"[bold]{escape(s.directory)}[/]: {s.added} added, {s.changed} changed, {s.removed} removed, "
+        out.print(f"[bold]{safe(s.directory)}[/]: {s.added} added, {s.changed} changed, {s.removed} removed, "
                   f"{s.unchanged} unchanged, {len(s.skipped)} skipped; {embedded}; {s.seconds:.2f} s")
         for path, reason in s.skipped[:20]:
-            out.print(f"  skipped {escape(path)}: {escape(reason)}")
+            out.print(f"  skipped {safe(path)}: {safe(reason)}")
         if len(s.skipped) > 20:
             out.print(f"  ... and {len(s.skipped) - 20} more skipped (see --json)")
+        if s.secrets_redacted:
+            count = sum(n for _, n in s.secrets_redacted)
+            out.print(f"  {count} secrets redacted before indexing, in {len(s.secrets_redacted)} files: "
+                      f"{safe(', '.join(p for p, _ in s.secrets_redacted[:5]))}"
+                      f"{' ...' if len(s.secrets_redacted) > 5 else ''} (allow_secrets opts a file back in)")
     return 0
 
 
@@ -130,16 +137,16 @@ def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
         _emit_json(out, {"query": query, "hits": [h.to_dict() for h in result.hits], "warnings": result.warnings})
         return 0
     for warning in result.warnings:
-        err.print(f"[yellow]warning:[/] {escape(warning)}")
+        err.print(f"[yellow]warning:[/] {safe(warning)}")
     if not result.hits:
         out.print("No results.")
     for n, hit in enumerate(result.hits, 1):
         page = f" page {hit.page}" if hit.page else ""
-        heading = f" — {escape(hit.heading)}" if hit.heading else ""
-        out.print(f"[bold cyan][S{n}][/] {escape(hit.directory)}:{escape(hit.path)}:{hit.start_line}-{hit.end_line}{page}"
+        heading = f" — {safe(hit.heading)}" if hit.heading else ""
+        out.print(f"[bold cyan][S{n}][/] {safe(hit.directory)}:{safe(hit.path)}:{hit.start_line}-{hit.end_line}{page}"
                   f"  [dim](score {hit.score:.3f}, {'+'.join(hit.found_by)})[/]{heading}")
         snippet = " ".join(hit.text.split())
-        out.print("    " + escape(snippet[:300] + ("…" if len(snippet) > 300 else "")))
+        out.print("    " + safe(snippet[:300] + ("…" if len(snippet) > 300 else "")))
     return 0
 
 
@@ -161,36 +168,36 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
         table.add_column(column)
     for row in rows:
         if not row["indexed"]:
-            table.add_row(row["name"], "-", "-", "never", "-", "-", "-", row["root"])
+            table.add_row(safe(row["name"]), "-", "-", "never", "-", "-", "-", safe(row["root"]))
             continue
-        table.add_row(row["name"], str(row["files"]), str(row["chunks"]), row["last_indexed"] or "never",
+        table.add_row(safe(row["name"]), str(row["files"]), str(row["chunks"]), row["last_indexed"] or "never",
                       _human_size(row["size_bytes"]), str(row["changed_on_disk"]),
-                      (row["model"] or "-").rsplit("/", 1)[-1], row["root"])
+                      safe((row["model"] or "-").rsplit("/", 1)[-1]), safe(row["root"]))
     out.print(table)
     if rows:
-        out.print(f"SQLite driver: {rows[0]['driver']}")
+        out.print(f"SQLite driver: {safe(rows[0]['driver'])}")
     for row in rows:
         if row.get("vector_search", "ok") != "ok":
-            out.print(f"[yellow]warning:[/] {escape(row['vector_search'])}")
+            out.print(f"[yellow]warning:[/] {safe(row['vector_search'])}")
         elif row.get("vector_cache") == "stale" and row.get("vectors"):
-            out.print(f"note: {escape(row['name'])}'s vector cache is behind its index, so vector search scans "
-                      f"sqlite-vec (slower) until `hermes kb index {escape(row['name'])}` rebuilds it.")
+            out.print(f"note: {safe(row['name'])}'s vector cache is behind its index, so vector search scans "
+                      f"sqlite-vec (slower) until `hermes kb index {safe(row['name'])}` rebuilds it.")
         if row.get("keyword_cache") == "stale" and row.get("chunks"):
-            out.print(f"note: {escape(row['name'])}'s keyword cache is behind its index, so keyword search uses "
-                      f"FTS5 (slower) until `hermes kb index {escape(row['name'])}` rebuilds it.")
+            out.print(f"note: {safe(row['name'])}'s keyword cache is behind its index, so keyword search uses "
+                      f"FTS5 (slower) until `hermes kb index {safe(row['name'])}` rebuilds it.")
     return 0
 
 
 def _clear(kb: KnowledgeBase, args, out: Console, err: Console, confirm: Callable[[str], bool]) -> int:
     names = [d.name for d in kb.targets(args.target)]
-    if not args.yes and not confirm(f"Delete the index of {', '.join(names)}? Your files are not touched. [y/N] "):
+    if not args.yes and not confirm(f"Delete the index of {printable(', '.join(names))}? Your files are not touched. [y/N] "):
         out.print("Nothing cleared.")
         return 1
     cleared = kb.clear(args.target)
     if args.json:
         _emit_json(out, {"cleared": cleared})
     else:
-        out.print(f"Cleared: {', '.join(cleared)}" if cleared else "Nothing to clear.")
+        out.print(f"Cleared: {safe(', '.join(cleared))}" if cleared else "Nothing to clear.")
     return 0
 
 
@@ -204,10 +211,10 @@ def _watch(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
         _print_sync(summary, out, args.json)
     watcher = KnowledgebaseWatcher(kb, directories, debounce_s=args.debounce or kb.config.watch_debounce_s,
                                    on_sync=lambda summary: _print_sync(summary, out, args.json),
-                                   on_error=lambda message: err.print(f"[red]error:[/] {escape(message)}"))
+                                   on_error=lambda message: err.print(f"[red]error:[/] {safe(message)}"))
     watcher.start()
     if not args.json:
-        out.print(f"Watching {', '.join(d.name for d in directories)}; Ctrl-C stops.")
+        out.print(f"Watching {safe(', '.join(d.name for d in directories))}; Ctrl-C stops.")
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
@@ -221,7 +228,7 @@ def _print_sync(summary, out: Console, as_json: bool) -> None:
     if as_json:
         _emit_json(out, summary.to_dict())
     elif summary.added or summary.changed or summary.removed or not summary.unchanged:
-        out.print(f"{time.strftime('%H:%M:%S')} [bold]{escape(summary.directory)}[/]: {summary.added} added, "
+        out.print(f"{time.strftime('%H:%M:%S')} [bold]{safe(summary.directory)}[/]: {summary.added} added, "
                   f"{summary.changed} changed, {summary.removed} removed ({summary.seconds:.2f} s)")
 
 
@@ -245,7 +252,7 @@ def _eval(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
         return 1
     try:
         report = evaluate(Path(args.dataset), kb.config, kb.hermes_home, split=args.split, limit=args.limit,
-                          on_progress=lambda message: err.print(f"[dim]{escape(message)}[/]"))
+                          on_progress=lambda message: err.print(f"[dim]{safe(message)}[/]"))
     except EvaluationError as exc:
         raise KnowledgebaseError(str(exc)) from None
     if args.json:
@@ -266,7 +273,7 @@ def ask_terminal(prompt: str) -> bool:
     if not sys.stdin.isatty():
         return False
     try:
-        return input(prompt).strip().lower() in ("y", "yes")
+        return input(printable(prompt)).strip().lower() in ("y", "yes")
     except EOFError:
         return False
 
@@ -278,10 +285,10 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
     try:
         args = parser.parse_args(argv)
     except UsageError as exc:
-        err.print(escape(str(exc)))
+        err.print(safe(str(exc)))
         return 2
     if args.verb is None:
-        out.print(escape(parser.format_help()))
+        out.print(safe(parser.format_help()))
         return 0 if not argv else 2
     if args.verb == "watch" and not foreground:
         err.print("In the chat, set knowledgebase.watch_for_changes: true to keep indexes fresh while you talk.")
@@ -294,7 +301,7 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
         if getattr(args, "json", False):
             _emit_json(out, {"error": str(exc)})
         else:
-            err.print(f"[red]error:[/] {escape(str(exc))}")
+            err.print(f"[red]error:[/] {safe(str(exc))}")
         return 1
 
 
@@ -304,6 +311,6 @@ def run_slash_kb(line: str, kb_factory: Callable[[], KnowledgeBase], out: Consol
     try:
         argv = shlex.split(line)
     except ValueError as exc:
-        err.print(f"[red]error:[/] {escape(str(exc))}")
+        err.print(f"[red]error:[/] {safe(str(exc))}")
         return 2
     return run_kb(argv, kb_factory, out, err, confirm, prog="/kb", foreground=False)

@@ -13,6 +13,7 @@ from hermes_kb.agent.knowledgebase.service import KnowledgeBase
 
 from . import config as hermes_config
 from .kb_command import run_kb
+from .terminal import printable
 
 USAGE = """usage: hermes <command> [...]
 
@@ -48,13 +49,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     command = COMMANDS.get(argv[0])
     if command is None:
-        err.print(f"hermes: unknown command {argv[0]!r}\n{USAGE}", markup=False)
+        err.print(f"hermes: unknown command {printable(repr(argv[0]))}\n{USAGE}", markup=False)
         return 2
     try:
         hermes_config.apply_env()
         return command(argv[1:], out, err)
     except ConfigError as exc:
-        err.print(f"error: {exc}", markup=False)
+        err.print(f"error: {printable(str(exc))}", markup=False)
         return 1
     except KeyboardInterrupt:
         err.print("interrupted", markup=False)

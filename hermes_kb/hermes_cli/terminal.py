@@ -1,0 +1,26 @@
+"""Text from documents, file names, models and endpoints, made safe to print on a terminal.
+
+Any of them can carry escape sequences (retitle the window, clear the screen,
+fake a prompt, hide text with bidi overrides). Control characters are shown
+escaped instead of sent; JSON output needs none of this, since json.dumps
+already escapes them exactly.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.markup import escape
+
+# C0 (but tab and newline), DEL, C1, and the bidirectional overrides behind "Trojan Source" text.
+_UNPRINTABLE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: str) -> str:
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}",
+                            text)
+
+
+def safe(text: object) -> str:
+    """For rich: control characters escaped, then markup escaped."""
+    return escape(printable(str(text)))
