@@ -19,13 +19,14 @@ def hermes_home() -> Path:
     return Path(os.path.expanduser(os.environ.get("HERMES_HOME", "~/.hermes")))
 
 
-def config_path() -> Path:
-    return hermes_home() / "config.yaml"
+def config_path(home: Path | None = None) -> Path:
+    return (home or hermes_home()) / "config.yaml"
 
 
-def load_config() -> dict[str, Any]:
-    """The whole config.yaml as a mapping; a missing file is an empty config."""
-    path = config_path()
+def load_config(home: Path | None = None) -> dict[str, Any]:
+    """The whole config.yaml as a mapping; a missing file is an empty config. `home` defaults to
+    HERMES_HOME; the Hermes plugin passes the home Hermes resolved (profiles)."""
+    path = config_path(home)
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -45,8 +46,8 @@ def load_config() -> dict[str, Any]:
     return data
 
 
-def load_kb_config() -> KnowledgebaseConfig:
-    return parse_knowledgebase(load_config().get("knowledgebase"))
+def load_kb_config(home: Path | None = None) -> KnowledgebaseConfig:
+    return parse_knowledgebase(load_config(home).get("knowledgebase"))
 
 
 def apply_env() -> None:
