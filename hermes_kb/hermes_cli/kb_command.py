@@ -18,6 +18,7 @@ from rich.table import Table
 from hermes_kb.agent.knowledgebase.retriever import MODES
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
 
+from .kb_mcp import run_mcp
 from .terminal import printable, safe
 
 VERBS = ("index", "search", "status", "clear", "eval")
@@ -56,6 +57,8 @@ def build_parser(prog: str = "hermes kb") -> argparse.ArgumentParser:
     watch = verbs.add_parser("watch", help="stay in the foreground, re-indexing files as they change")
     watch.add_argument("target", nargs="?", help="directory name or path (default: every configured directory)")
     watch.add_argument("--debounce", type=float, help="seconds of quiet before a sync (default: watch_debounce_s)")
+    mcp = verbs.add_parser("mcp", help="serve the knowledgebase to an MCP client over stdio")
+    mcp.add_argument("--allow-clear", action="store_true", help="also offer kb_clear, which deletes an index")
     evaluate = verbs.add_parser("eval", help="measure retrieval quality on a BEIR-layout dataset folder")
     evaluate.add_argument("dataset", help="folder with corpus.jsonl, queries.jsonl and qrels/<split>.tsv")
     evaluate.add_argument("--split", default="test", help="qrels split to evaluate (default test)")
@@ -294,7 +297,8 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
         err.print("In the chat, set knowledgebase.watch_for_changes: true to keep indexes fresh while you talk.")
         return 1
     handlers = {"index": _index, "search": _search, "status": _status, "eval": _eval, "watch": _watch,
-                "clear": lambda kb, a, o, e: _clear(kb, a, o, e, confirm)}
+                "clear": lambda kb, a, o, e: _clear(kb, a, o, e, confirm),
+                "mcp": lambda kb, a, o, e: run_mcp(kb, a, o, e, foreground)}
     try:
         return handlers[args.verb](kb_factory(), args, out, err)
     except USER_ERRORS as exc:

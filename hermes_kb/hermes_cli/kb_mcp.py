@@ -1,0 +1,87 @@
+"""`hermes kb mcp`: serve the knowledgebase to an MCP client over stdio.
+
+Stdout is the protocol channel and nothing else may write a byte to it: not
+a progress bar, a log line, a warning, nor whatever onnxruntime or fastembed
+print while the model loads. So before anything heavy is imported the real
+stdout descriptor is duplicated for the protocol alone and fd 1 is pointed
+at stderr, which catches Python and C writers alike. This module imports
+nothing from `mcp` at the top: `hermes kb search` never pays for the SDK.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+import threading
+from typing import TextIO
+
+from rich.console import Console
+from rich.markup import escape
+
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase
+
+log = logging.getLogger(__name__)
+
+MISSING_SDK = "The MCP server needs the MCP SDK: pip install 'hermes-knowledgebase[mcp]'"
+
+
+def claim_stdout() -> TextIO:
+    """The real stdout, for the protocol alone; from now on fd 1 (print, C libraries) writes to stderr."""
+    sys.stdout.flush()
+    protocol_fd = os.dup(1)  # not inherited by child processes (PEP 446)
+    os.dup2(2, 1)
+    return open(protocol_fd, "w", encoding="utf-8", newline="\n")
+
+
+def _load_model(kb: KnowledgeBase) -> None:
+    """Load the embedding model while the SDK imports and the client connects: the first search is
+    what a user waits for. A failure is left for the first tool call that needs the model to report."""
+    try:
+        kb.embedder()
+    except Exception as exc:  # noqa: BLE001 - reported again, as a tool error, where it matters
+        log.info("embedding model not loaded ahead: %s", exc)
+
+
+def _busy_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
+
+
+def run_mcp(kb: KnowledgeBase, args, out: Console, err: Console, foreground: bool = True) -> int:
+    """Serve until the client closes stdin; returns the exit code."""
+    if not foreground:
+        err.print("The MCP server runs as its own process: point your MCP client at `hermes-kb kb mcp`.")
+        return 1
+    protocol = claim_stdout()  # before the SDK and the model are imported: they may print
+    # Daemon: it never holds up an exit; tool calls wait for it (KnowledgebaseMCP `ready`).
+    model = threading.Thread(target=_load_model, args=(kb,), name="hermes-kb model load", daemon=True)
+    model.start()
+    try:
+        from mcp.server.stdio import stdio_server
+    except ImportError as exc:
+        log.debug("cannot import the MCP SDK: %s", exc)
+        err.print(escape(MISSING_SDK))
+        return 1
+    import anyio
+
+    from hermes_kb.mcp_server import build_server, instructions
+
+    allow_clear = bool(getattr(args, "allow_clear", False))
+
+    async def serve() -> None:
+        text = await anyio.to_thread.run_sync(instructions, kb)  # status scans the folders (stat only)
+        server = build_server(kb, allow_clear=allow_clear, server_instructions=text, ready=model.join)
+        err.print(f"hermes-kb MCP server on stdio; kb_clear {'enabled' if allow_clear else 'off'}.",
+                  markup=False, highlight=False)
+        async with stdio_server(stdout=anyio.wrap_file(protocol)) as (read_stream, write_stream):
+            await server.run(read_stream, write_stream, server.create_initialization_options())
+
+    anyio.run(serve)
+    if _busy_threads():
+        # stdin closed while a tool call was still running (an index, a model load): its thread was
+        # abandoned, and waiting for it would keep the client waiting. Every index write is one
+        # transaction and the writer lock is an flock, so ending here leaves nothing half-written.
+        log.warning("client closed the connection during a tool call; exiting without waiting for it")
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
