@@ -28,7 +28,8 @@ FOX = "# Fox\n\n" + "\n".join(f"line {i}: the quick brown fox {i}" for i in rang
 
 @pytest.fixture
 def indexed(tree, make_kb, tmp_path):
-    root = tree({"notes/fox.md": FOX, "deploy.md": "# Deploy\n\nProduction deploys use the blue-green switch on port 4271.\n",
+    root = tree({"notes/fox.md": FOX,
+                 "deploy.md": "# Deploy\n\nProduction deploys use the blue-green switch on port 4271.\n",
                  "with space.md": "A file whose name has a space: zebra crossing.\n"})
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -201,7 +202,10 @@ def test_uri_round_trip():
 # --- the real process ---------------------------------------------------------------------
 def _env(home: Path) -> dict:
     """What an MCP client passes: HERMES_HOME explicitly, hardly anything else."""
-    return {"HERMES_HOME": str(home), "PATH": os.environ.get("PATH", "")}
+    passed = {"HERMES_HOME": str(home), "PATH": os.environ.get("PATH", "")}
+    if os.environ.get("PYTHONPATH"):  # a test run against another SDK build (PYTHONPATH=... pytest)
+        passed["PYTHONPATH"] = os.environ["PYTHONPATH"]
+    return passed
 
 
 def test_stdio_server_through_the_sdk_client(tree, make_kb, hermes_home, write_config):
@@ -299,8 +303,12 @@ def test_raw_json_rpc_with_the_real_model_keeps_stdout_clean(tree, hermes_home, 
         assert not found["isError"]
         assert found["structuredContent"]["hits"][0]["uri"] == "kb://docs/deploy.md"
         assert "[S1] docs/deploy.md lines 1-3" in found["content"][0]["text"]
-        client.send("tools/call", {"name": "kb_search", "arguments": {"query": "tomatoes"}})
-        process.stdin.close()  # possibly mid-search: the server must not wait for it
+        for n in range(200):  # ~10 s of embedding on 2 cores: the client leaves long before it is done
+            (root / f"more/n{n:03}.md").parent.mkdir(exist_ok=True)
+            (root / f"more/n{n:03}.md").write_text(f"# Note {n}\n\nPlants number {n} need water and light.\n")
+        client.send("tools/call", {"name": "kb_index", "arguments": {}})
+        time.sleep(0.5)
+        process.stdin.close()  # mid-index: the server must not wait for it
         started = time.monotonic()
         process.wait(timeout=10)
         assert time.monotonic() - started < 5
@@ -313,4 +321,6 @@ def test_raw_json_rpc_with_the_real_model_keeps_stdout_clean(tree, hermes_home, 
     assert client.lines
     for line in client.lines:
         assert json.loads(line)["jsonrpc"] == "2.0", line
-    assert process.returncode == 0, (tmp_path / "stderr.txt").read_text()
+    log = (tmp_path / "stderr.txt").read_text()
+    assert process.returncode == 0, log
+    assert "exiting without waiting for it" in log  # it really was mid-index

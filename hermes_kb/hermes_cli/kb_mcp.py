@@ -10,6 +10,8 @@ nothing from `mcp` at the top: `hermes kb search` never pays for the SDK.
 
 from __future__ import annotations
 
+import importlib.util
+import io
 import logging
 import os
 import sys
@@ -43,6 +45,22 @@ def _load_model(kb: KnowledgeBase) -> None:
         log.info("embedding model not loaded ahead: %s", exc)
 
 
+async def _lines_until_eof(eof):
+    """stdin's lines, as the SDK's stdio transport reads them; sets `eof` when the client closes it."""
+    import anyio
+
+    try:
+        async for line in anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")):
+            yield line
+    finally:
+        eof.set()
+
+
+async def _cancel_when_set(event, scope) -> None:
+    await event.wait()
+    scope.cancel()
+
+
 def _busy_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t is not threading.main_thread() and t.is_alive() and not t.daemon]
 
@@ -52,15 +70,19 @@ def run_mcp(kb: KnowledgeBase, args, out: Console, err: Console, foreground: boo
     if not foreground:
         err.print("The MCP server runs as its own process: point your MCP client at `hermes-kb kb mcp`.")
         return 1
+    if importlib.util.find_spec("mcp") is None:
+        err.print(escape(MISSING_SDK))
+        return 1
     protocol = claim_stdout()  # before the SDK and the model are imported: they may print
     # Daemon: it never holds up an exit; tool calls wait for it (KnowledgebaseMCP `ready`).
     model = threading.Thread(target=_load_model, args=(kb,), name="hermes-kb model load", daemon=True)
     model.start()
     try:
         from mcp.server.stdio import stdio_server
-    except ImportError as exc:
+    except ImportError as exc:  # installed but broken
         log.debug("cannot import the MCP SDK: %s", exc)
         err.print(escape(MISSING_SDK))
+        model.join()
         return 1
     import anyio
 
@@ -73,15 +95,23 @@ def run_mcp(kb: KnowledgeBase, args, out: Console, err: Console, foreground: boo
         server = build_server(kb, allow_clear=allow_clear, server_instructions=text, ready=model.join)
         err.print(f"hermes-kb MCP server on stdio; kb_clear {'enabled' if allow_clear else 'off'}.",
                   markup=False, highlight=False)
-        async with stdio_server(stdout=anyio.wrap_file(protocol)) as (read_stream, write_stream):
-            await server.run(read_stream, write_stream, server.create_initialization_options())
+        eof = anyio.Event()
+        async with stdio_server(stdin=_lines_until_eof(eof), stdout=anyio.wrap_file(protocol)) as (read, write):
+            async with anyio.create_task_group() as group:
+                # stdin closed means the client is gone: stop now, in-flight tool calls included. SDK 1.30
+                # does this itself; 1.26.0 waits for them, which could be a whole index run.
+                group.start_soon(_cancel_when_set, eof, group.cancel_scope)
+                await server.run(read, write, server.create_initialization_options())
+                group.cancel_scope.cancel()
 
     anyio.run(serve)
-    if _busy_threads():
-        # stdin closed while a tool call was still running (an index, a model load): its thread was
-        # abandoned, and waiting for it would keep the client waiting. Every index write is one
-        # transaction and the writer lock is an flock, so ending here leaves nothing half-written.
-        log.warning("client closed the connection during a tool call; exiting without waiting for it")
+    if _busy_threads() or model.is_alive():
+        # stdin closed while a tool call (an index, a search) or the model load was still running: its
+        # thread was abandoned, and waiting for it would keep the client waiting (nor should the
+        # interpreter be torn down under onnxruntime). Every index write is one transaction and the
+        # writer lock is an flock, so ending here leaves nothing half-written.
+        if _busy_threads():
+            log.warning("client closed the connection during a tool call; exiting without waiting for it")
         sys.stderr.flush()
         os._exit(0)
     return 0
