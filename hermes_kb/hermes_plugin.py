@@ -32,7 +32,7 @@ from typing import Any, Callable
 
 from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig
 from hermes_kb.agent.knowledgebase.context import AutoRetriever, render_block
-from hermes_kb.agent.knowledgebase.service import KnowledgeBase
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase, KnowledgebaseError
 from hermes_kb.hermes_cli import config as kb_config_file
 from hermes_kb.tools.knowledgebase_tool import HANDLERS, SCHEMAS, TOOLSET, json_handler, tools_available
 from hermes_kb.tools.permissions import Permissions
@@ -218,8 +218,14 @@ class KnowledgebasePlugin:
             return None
         if not config.enabled:
             return None
+        kb = self.kb()
+        if not config.directories:
+            try:
+                kb.targets(None)  # folders indexed by hand still count
+            except KnowledgebaseError:
+                return None  # nothing to search: stay quiet rather than log a failed search every turn
         message = _text(user_message)
-        retriever = self._retriever(session_id or "default", self.kb(), config)
+        retriever = self._retriever(session_id or "default", kb, config)
         block = retriever.block_for(message, previous_user_message(conversation_history, message))
         if block is None:
             return None

@@ -125,6 +125,13 @@ def test_register_declares_five_tools_the_command_the_cli_verb_and_the_hook(herm
     assert "No knowledgebase directories" in json.loads(tools["kb_status"]["handler"]({}, task_id="t"))["error"]
 
 
+def test_the_hook_is_quiet_with_nothing_indexed(plugin, caplog):
+    ctx = FakeContext()
+    plugin.register(ctx)
+    assert ctx.hook("pre_llm_call")(session_id="s", user_message="zeppelin rollout canary", conversation_history=[]) is None
+    assert not caplog.records
+
+
 def test_kb_search_through_the_registered_handler_returns_cited_hits(ctx):
     result = run_tool(ctx, "kb_search", query="zeppelin rollout canary", k=3)
     assert result["hits"][0]["id"] == "S1" and result["hits"][0]["path"] == "deploy.md"
