@@ -87,7 +87,7 @@ def _known(kb: KnowledgeBase, target: str) -> DirectoryConfig:
 
 def _search(kb: KnowledgeBase, args: dict, permissions: Permissions) -> dict:
     k = max(1, min(int(args.get("k", 5)), 20))
-    directory = _known(kb, args["directory"]).name if args.get("directory") else None
+    directory = str(_known(kb, args["directory"]).path) if args.get("directory") else None
     result = kb.search(args["query"], k=k, directory=directory, mode=args.get("mode", "hybrid"))
     hits = []
     for n, hit in enumerate(result.hits, 1):
@@ -125,7 +125,7 @@ def _clear(kb: KnowledgeBase, args: dict, permissions: Permissions) -> dict:
     permissions.require(CLEAR, f"The model asks to delete the index of {directory.name} ({directory.path}); your "
                                f"files are not touched. Allow? [y/N] ",
                         f"kb_clear deletes an index, which needs the user's yes.")
-    return {"cleared": kb.clear(directory.name)}
+    return {"cleared": kb.clear(str(directory.path))}
 
 
 HANDLERS: dict[str, Callable[[KnowledgeBase, dict, Permissions], object]] = {
