@@ -30,6 +30,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.shared.exceptions import McpError
 
+from hermes_kb.agent.knowledgebase.context import QUOTE, quote_document
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
 from hermes_kb.agent.knowledgebase.store import IndexStore
 from hermes_kb.tools.knowledgebase_tool import ANNOTATIONS, SCHEMAS, TOOL_ERRORS, run_tool
@@ -72,14 +73,26 @@ def _mime_type(path: str) -> str:
 
 
 # --- what each tool's result looks like to the model ---------------------------------------
+# The text content is what most clients show the model. Document text in it is quoted line by line
+# (as in the chat's context block), so no line of a document can pose as a hit header or a notice;
+# structuredContent carries the same text unquoted, in its own JSON field.
+def _label(value: object) -> str:
+    """File names and headings come from the disk and can hold anything, newlines included."""
+    return " ".join(str(value).split())
+
+
+def _notice(data: dict) -> str:
+    return f"{data['notice']} Lines starting with '{QUOTE.strip()}' are quoted from the user's files."
+
+
 def _search_content(data: dict) -> tuple[str, dict]:
-    lines = [data["notice"], ""]
+    lines = [_notice(data), ""]
     for hit in data["hits"]:
         hit["uri"] = file_uri(hit["directory"], hit["path"])
         page = f" page {hit['page']}" if hit.get("page") else ""
-        heading = f" — {hit['heading']}" if hit.get("heading") else ""
-        lines += [f"[{hit['id']}] {hit['directory']}/{hit['path']} lines {hit['lines']}{page}{heading} ({hit['uri']})",
-                  hit["text"], ""]
+        heading = f" — {_label(hit['heading'])}" if hit.get("heading") else ""
+        lines += [f"[{hit['id']}] {_label(hit['directory'])}/{_label(hit['path'])} lines {hit['lines']}{page}{heading} "
+                  f"({hit['uri']})", quote_document(hit["text"].strip()), ""]
     if not data["hits"]:
         lines.append("No results.")
     lines += [f"warning: {w}" for w in data.get("warnings", [])]
@@ -88,19 +101,19 @@ def _search_content(data: dict) -> tuple[str, dict]:
 
 def _read_content(data: dict) -> tuple[str, dict]:
     data["uri"] = file_uri(data["directory"], data["path"])
-    header = (f"{data['directory']}/{data['path']} lines {data['start_line']}-{data['end_line']} "
+    header = (f"{_label(data['directory'])}/{_label(data['path'])} lines {data['start_line']}-{data['end_line']} "
               f"of {data['total_lines']} ({data['uri']})")
     tail = [f"[{data['next']}]"] if data.get("next") else []
-    return "\n".join([data["notice"], "", header, data["text"], *tail]), data
+    return "\n".join([_notice(data), "", header, quote_document(data["text"]), *tail]), data
 
 
 def _status_line(row: dict) -> str:
     if not row.get("indexed"):
-        return f"{row['name']}: not indexed yet ({row['root']})"
+        return f"{_label(row['name'])}: not indexed yet ({_label(row['root'])})"
     changed = row.get("changed_on_disk")
     fresh = "" if not changed else f"; {changed} files changed on disk since (kb_index refreshes them)"
-    return (f"{row['name']}: {row.get('files', 0)} files, {row.get('chunks', 0)} chunks, "
-            f"last indexed {row.get('last_indexed') or 'never'}{fresh} ({row['root']})")
+    return (f"{_label(row['name'])}: {row.get('files', 0)} files, {row.get('chunks', 0)} chunks, "
+            f"last indexed {row.get('last_indexed') or 'never'}{fresh} ({_label(row['root'])})")
 
 
 def _status_content(rows: list) -> tuple[str, dict]:
