@@ -340,3 +340,14 @@ def test_raw_json_rpc_with_the_real_model_keeps_stdout_clean(tree, hermes_home, 
     log = (tmp_path / "stderr.txt").read_text()
     assert process.returncode == 0, log
     assert "exiting without waiting for it" in log  # it really was mid-index
+
+
+def test_slash_kb_mcp_is_refused_inside_the_chat(make_kb, tree):
+    from rich.console import Console
+
+    from hermes_kb.hermes_cli.kb_command import run_slash_kb
+
+    kb = make_kb(tree({"a.md": "alpha"}))
+    out, err = Console(record=True, width=200), Console(record=True, width=200)
+    assert run_slash_kb("mcp", lambda: kb, out, err) == 1  # it would take over the terminal's stdout
+    assert "its own process" in err.export_text()
