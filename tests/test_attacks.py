@@ -172,7 +172,7 @@ def test_kb_read_streams_and_refuses_huge_files(world):
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
     assert window.text == "first line" and window.total_lines == 45_001
-    assert peak < 1_000_000, f"reading one line held {peak} bytes"
+    assert peak < 2_000_000, f"reading one line held {peak} bytes"  # reading it whole holds > 9 MB
 
 
 # --- 3. secrets stay out ----------------------------------------------------------------------------

@@ -107,8 +107,8 @@ def _read(kb: KnowledgeBase, args: dict, permissions: Permissions) -> dict:
 
 
 def _index(kb: KnowledgeBase, args: dict, permissions: Permissions) -> list:
-    target = args.get("directory")
-    if target and kb.indexed_target(target) is None:
+    target = args.get("directory") or None  # "" would otherwise name the working directory
+    if target is not None and kb.indexed_target(target) is None:
         folder = kb.config.ad_hoc(target).path  # an error sentence if it is no folder at all
         permissions.require(INDEX_NEW_FOLDER, f"The model asks to index {folder}, a folder you have not indexed; "
                                               f"its files would become searchable in this chat. Allow? [y/N] ",

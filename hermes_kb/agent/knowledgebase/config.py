@@ -110,6 +110,8 @@ class KnowledgebaseConfig:
 
     def ad_hoc(self, path: str) -> DirectoryConfig:
         """A directory the config does not list, indexed with the global settings."""
+        if not path.strip():
+            raise ConfigError("A folder path is needed, not an empty string.")
         root = Path(expand(path)).resolve()
         if not root.is_dir():
             raise ConfigError(f"{path} is neither a configured knowledgebase directory nor an existing folder.")

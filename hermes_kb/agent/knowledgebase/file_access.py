@@ -15,12 +15,13 @@ import contextlib
 import errno
 import os
 import stat
-from typing import Iterator
+from typing import Callable, Iterator
 
 _NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 _DIRECTORY = getattr(os, "O_DIRECTORY", 0)
 _CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 _BINARY = getattr(os, "O_BINARY", 0)
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
 
 
 class AccessError(OSError):
@@ -33,7 +34,9 @@ def _walk(root_fd: int, parts: list[str]) -> int:
     try:
         for depth, part in enumerate(parts):
             last = depth == len(parts) - 1
-            flags = os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _BINARY | (0 if last else _DIRECTORY)
+            # O_NONBLOCK: a FIFO (or device) put where a file was expected must not hang the open;
+            # it is refused by the regular-file check after.
+            flags = os.O_RDONLY | _NOFOLLOW | _CLOEXEC | _BINARY | (_NONBLOCK if last else _DIRECTORY)
             next_fd = os.open(part, flags, dir_fd=fd)
             os.close(fd)
             fd = next_fd
@@ -63,7 +66,10 @@ def resolve_inside(root: str, rel_path: str) -> str | None:
 @contextlib.contextmanager
 def open_inside(root: str, rel_path: str) -> Iterator[tuple[int, str]]:
     """(descriptor of a regular file, its real path relative to root); AccessError otherwise."""
-    root_fd = os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    try:
+        root_fd = os.open(root, os.O_RDONLY | _DIRECTORY | _CLOEXEC)
+    except OSError as exc:
+        raise AccessError(exc.errno, f"cannot open the directory {root} ({exc.strerror})") from None
     try:
         try:
             fd = _walk(root_fd, relative_parts(rel_path))
@@ -90,19 +96,27 @@ def open_inside(root: str, rel_path: str) -> Iterator[tuple[int, str]]:
         os.close(root_fd)
 
 
-def read_inside(root: str, rel_path: str, max_bytes: int) -> bytes:
-    """The whole file, read from the descriptor that was checked; larger than max_bytes is refused
-    without reading past the limit (a file may grow after the scan saw it)."""
-    with open_inside(root, rel_path) as (fd, _):
-        if os.fstat(fd).st_size > max_bytes:
-            raise AccessError(errno.EFBIG, f"larger than max_file_bytes ({max_bytes})")
-        chunks, total = [], 0
-        while True:
-            block = os.read(fd, min(1 << 20, max_bytes + 1 - total))
-            if not block:
-                break
-            chunks.append(block)
-            total += len(block)
-            if total > max_bytes:
-                raise AccessError(errno.EFBIG, f"grew past max_file_bytes ({max_bytes}) while being read")
-        return b"".join(chunks)
+def read_fd(fd: int, max_bytes: int) -> bytes:
+    """The whole of an open file, refused past max_bytes without reading further (it may have grown
+    since it was checked)."""
+    if os.fstat(fd).st_size > max_bytes:
+        raise AccessError(errno.EFBIG, f"larger than max_file_bytes ({max_bytes})")
+    chunks, total = [], 0
+    while True:
+        block = os.read(fd, min(1 << 20, max_bytes + 1 - total))
+        if not block:
+            break
+        chunks.append(block)
+        total += len(block)
+        if total > max_bytes:
+            raise AccessError(errno.EFBIG, f"grew past max_file_bytes ({max_bytes}) while being read")
+    return b"".join(chunks)
+
+
+def read_inside(root: str, rel_path: str, max_bytes: int, admit: Callable[[str], bool] = lambda real: True) -> bytes:
+    """The whole file, read from the descriptor that was checked. `admit` judges where a link inside
+    the root really leads (a link named notes.md may point at .env), on the same descriptor."""
+    with open_inside(root, rel_path) as (fd, real_rel):
+        if real_rel != rel_path and not admit(real_rel):
+            raise AccessError(errno.EACCES, f"{rel_path} is a link to {real_rel}, which is excluded")
+        return read_fd(fd, max_bytes)

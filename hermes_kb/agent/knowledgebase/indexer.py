@@ -152,7 +152,8 @@ class _Run:
         try:
             # Opened without following links out of the root: a file swapped for a symlink after the
             # scan cannot pull outside text into the index (or to an embedding service).
-            data = read_inside(str(self.directory.path), file.rel_path, self.config.max_file_bytes)
+            data = read_inside(str(self.directory.path), file.rel_path, self.config.max_file_bytes,
+                               admit=lambda real_rel: not self.rules.excluded(real_rel))
         except OSError as exc:
             self.summary.skipped.append((file.rel_path, f"unreadable ({exc.strerror})"))
             self.progress.advance(files=1)
@@ -186,6 +187,7 @@ class _Run:
         root = self.directory.path
         scanned = scan(root, ignore_paths=(self.store.path,), **self.config.scan_rules(self.directory))
         self.summary.skipped.extend(scanned.skipped)
+        self.rules = scanned.rules
         existing = self.store.files()
         signature = f"{chunker_signature(self.directory.chunking)}:secrets={SECRETS_VERSION}"
         if not existing:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from .file_access import AccessError, open_inside, read_inside
+from .file_access import AccessError, open_inside, read_fd
 from .loaders import LoadError, is_plain_text, load
 from .scanner import IgnoreRules, file_kind
 from .secret_scan import redact
@@ -47,28 +47,21 @@ def read_window(root: Path, rel_path: str, rules: IgnoreRules, max_file_bytes: i
                 return None
             if os.fstat(fd).st_size > max_file_bytes:
                 raise NotReadable(f"it is larger than max_file_bytes ({max_file_bytes})")
+            keep_secrets = rules.allows_secrets(real_rel)
             kind = file_kind(real_rel)
             if is_plain_text(kind):
-                window = _stream_lines(fd, start_line, max_lines)
-            else:
-                window = None
+                end_line, total, lines = _stream_lines(fd, start_line, max_lines)
+                text = "\n".join(lines) if keep_secrets else redact("\n".join(lines)).text
+                return Window(real_rel, end_line, total, text)
+            try:  # a converted format (PDF, DOCX, HTML): its text, not its bytes, from the same descriptor
+                whole = load(read_fd(fd, max_file_bytes), kind).text
+            except (AccessError, LoadError) as exc:
+                raise NotReadable(str(exc)) from None
     except AccessError:
         return None
-    if window is None:  # a converted format (PDF, DOCX, HTML): its text, not its bytes
-        try:
-            text = load(read_inside(str(root), real_rel, max_file_bytes), kind).text
-        except (AccessError, LoadError) as exc:
-            raise NotReadable(str(exc)) from None
-        if not rules.allows_secrets(real_rel):
-            text = redact(text).text
-        lines = text.splitlines()
-        end = min(len(lines), start_line + max_lines - 1)
-        return Window(real_rel, end, len(lines), "\n".join(lines[start_line - 1:end]))
-    end_line, total, lines = window
-    text = "\n".join(lines)
-    if not rules.allows_secrets(real_rel):
-        text = redact(text).text
-    return Window(real_rel, end_line, total, text)
+    lines = (whole if keep_secrets else redact(whole).text).splitlines()
+    end_line = min(len(lines), start_line + max_lines - 1)
+    return Window(real_rel, end_line, len(lines), "\n".join(lines[start_line - 1:end_line]))
 
 
 def _stream_lines(fd: int, start_line: int, max_lines: int) -> tuple[int, int, list[str]]:

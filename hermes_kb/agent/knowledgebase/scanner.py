@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pathspec
 
+from .file_access import read_inside
+
 log = logging.getLogger(__name__)
 
 BUILTIN_EXCLUDES = (
@@ -35,6 +37,8 @@ SECRET_FILES = (
     ".docker/config.json", ".kube/config", "credentials", "credentials.json", "*.tfstate", "*.tfstate.backup",
     "*.ovpn", "secrets.y*ml", ".secrets*",
 )
+
+MAX_GITIGNORE_BYTES = 1_000_000
 
 KINDS = {
     ".md": "markdown", ".markdown": "markdown", ".mdx": "markdown",
@@ -61,10 +65,6 @@ class ScannedFile:
         return Path(self.path)
 
 
-@dataclass
-class ScanResult:
-    files: list[ScannedFile] = field(default_factory=list)
-    skipped: list[tuple[str, str]] = field(default_factory=list)
 
 
 def file_kind(name: str) -> str:
@@ -91,10 +91,11 @@ class IgnoreRules:
     def _gitignore(self, rel_dir: str) -> pathspec.GitIgnoreSpec | None:
         if rel_dir not in self._gitignores:
             spec = None
-            path = self.root / rel_dir / ".gitignore"
             try:
-                with open(path, encoding="utf-8", errors="replace") as handle:
-                    spec = pathspec.GitIgnoreSpec.from_lines(handle.read().splitlines())
+                # Through the link-safe open, bounded: a repository can ship `.gitignore -> /dev/zero`.
+                data = read_inside(str(self.root), f"{rel_dir}/.gitignore" if rel_dir else ".gitignore",
+                                   MAX_GITIGNORE_BYTES)
+                spec = pathspec.GitIgnoreSpec.from_lines(data.decode("utf-8", errors="replace").splitlines())
             except OSError:
                 pass
             self._gitignores[rel_dir] = spec
@@ -137,11 +138,18 @@ class IgnoreRules:
             or self.ignored(rel_path, False)
 
 
+@dataclass
+class ScanResult:
+    rules: IgnoreRules
+    files: list[ScannedFile] = field(default_factory=list)
+    skipped: list[tuple[str, str]] = field(default_factory=list)
+
+
 def scan(root: Path, exclude: tuple[str, ...] = (), max_file_bytes: int = 5_000_000,
          ignore_paths: tuple[Path, ...] = (), allow_secrets: tuple[str, ...] = ()) -> ScanResult:
     """Collect indexable files under root with their stat, and say why others were left out."""
-    result = ScanResult()
     rules = IgnoreRules(root, exclude, allow_secrets)
+    result = ScanResult(rules)
     root_real = os.path.realpath(root)
     ignore_real = {os.path.realpath(p) for p in ignore_paths}
     ignore_names = {os.path.basename(p) for p in ignore_real}  # realpath() only for names that could match
@@ -173,6 +181,10 @@ def scan(root: Path, exclude: tuple[str, ...] = (), max_file_bytes: int = 5_000_
                     # Inside the root, the target is scanned under its own path; following
                     # the link would only index it twice, or loop forever.
                     result.skipped.append((rel, "directory symlink (its target is scanned directly)"))
+                    continue
+                # notes.md -> .env: the rules judge what the link leads to, not only its name.
+                if target != root_real and rules.excluded(os.path.relpath(target, root_real).replace(os.sep, "/")):
+                    result.skipped.append((rel, "symlink to an excluded file"))
                     continue
             if is_dir:
                 stack.append((rel, entry.path))
