@@ -366,6 +366,28 @@ BOMB = textwrap.dedent("""
                 member.write(tail)
 """)
 
+def pdf_bomb(expanded: int) -> bytes:
+    """One page whose Flate content stream inflates to `expanded` bytes of text operators."""
+    import zlib
+
+    line = b"BT /F1 12 Tf 72 712 Td (" + b"A" * 60 + b") Tj ET\n"
+    stream = zlib.compress(line * (expanded // len(line)), 9)
+    objects = [b"<< /Type /Catalog /Pages 2 0 R >>", b"<< /Type /Pages /Kids [3 0 R] /Count 1 >>",
+               b"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Contents 4 0 R "
+               b"/Resources << /Font << /F1 5 0 R >> >> >>",
+               b"<< /Length %d /Filter /FlateDecode >>\nstream\n" % len(stream) + stream + b"\nendstream",
+               b"<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>"]
+    out, offsets = bytearray(b"%PDF-1.4\n"), []
+    for number, body in enumerate(objects, 1):
+        offsets.append(len(out))
+        out += b"%d 0 obj\n" % number + body + b"\nendobj\n"
+    xref = len(out)
+    out += b"xref\n0 %d\n0000000000 65535 f \n" % (len(objects) + 1)
+    out += b"".join(b"%010d 00000 n \n" % offset for offset in offsets)
+    out += b"trailer\n<< /Size %d /Root 1 0 R >>\nstartxref\n%d\n%%%%EOF\n" % (len(objects) + 1, xref)
+    return bytes(out)
+
+
 MEASURE = textwrap.dedent("""
     import json, sys
     from pathlib import Path
@@ -384,17 +406,115 @@ MEASURE = textwrap.dedent("""
 
 
 def test_zip_bombs_are_skipped_and_indexing_stays_under_the_rss_bound(tmp_path, hermes_home):
-    from hermes_kb.agent.knowledgebase.loaders import MAX_ARCHIVE_EXPANDED_BYTES, MAX_FILE_RSS_BYTES
+    from hermes_kb.agent.knowledgebase.loaders import MAX_ARCHIVE_EXPANDED_BYTES, MAX_FILE_RSS_BYTES, MAX_PDF_STREAM_BYTES
 
     folder = tmp_path / "bombs"
     folder.mkdir()
     for name, expanded in (("huge.docx", 500_000_000), ("just-under.docx", MAX_ARCHIVE_EXPANDED_BYTES - 2_000_000)):
         subprocess.run([sys.executable, "-c", BOMB, str(folder / name), str(expanded)], check=True, timeout=300)
+    for name, expanded in (("bomb.pdf", 150_000_000), ("just-under.pdf", MAX_PDF_STREAM_BYTES - 500_000)):
+        (folder / name).write_bytes(pdf_bomb(expanded))
     assert (folder / "huge.docx").stat().st_size < 3_000_000
     run = subprocess.run([sys.executable, "-c", MEASURE, str(folder), str(REPO), str(hermes_home)],
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr
     report = json.loads(run.stdout)
     reasons = dict(report["skipped"])
-    assert "zip bomb" in reasons["huge.docx"] and report["added"] == 1
+    assert "zip bomb" in reasons["huge.docx"] and "compression bomb" in reasons["bomb.pdf"]
+    assert report["added"] == 2  # the two just under the caps
     assert report["peak_kb"] * 1024 < MAX_FILE_RSS_BYTES, report
+
+
+# --- found by the review of this boundary (each was a working exploit) ------------------------------
+
+def test_an_empty_directory_argument_is_not_the_working_directory(world, monkeypatch):
+    kb, _, private = world
+    monkeypatch.chdir(private)
+    registry = tools_for(kb)
+    summaries = call(registry, "kb_index", directory="")
+    assert [s["directory"] for s in summaries] == ["docs"]  # "" means every indexed folder, nothing new
+    assert [d.name for d in kb.targets(None)] == ["docs"]
+    assert "error" in call(registry, "kb_read", path="secret.txt")
+
+
+@pytest.mark.parametrize("target", [".env", ".git/config", "secrets.txt"])
+def test_a_link_inside_the_folder_is_judged_by_where_it_leads(tree, make_kb, target):
+    notes = tree({".env": "DB_PASSWORD=hunter2-prod\n", ".git/config": "token glpat_likeTOKEN\n",
+                  ".gitignore": "secrets.txt\n", "secrets.txt": "root password: Tr0ub4dor\n", "ok.md": "fine\n"})
+    os.symlink(notes / target, notes / "notes.md")
+    kb = make_kb(notes)
+    summary = kb.index()[0]
+    assert ("notes.md", "symlink to an excluded file") in summary.skipped
+    for query in ("hunter2", "glpat_likeTOKEN", "Tr0ub4dor"):
+        assert not kb.search(query, mode="keyword").hits
+    with pytest.raises(KnowledgebaseError):
+        kb.read("notes.md")
+
+
+def test_a_link_swapped_to_an_excluded_file_after_the_scan_is_not_read(tree, make_kb, monkeypatch):
+    notes = tree({".env": "DB_PASSWORD=hunter2-prod\n", "a.md": "harmless\n"})
+    real_scan = indexer_module.scan
+
+    def scan_then_swap(*args, **kwargs):
+        result = real_scan(*args, **kwargs)
+        (notes / "a.md").unlink()
+        os.symlink(notes / ".env", notes / "a.md")
+        return result
+
+    monkeypatch.setattr(indexer_module, "scan", scan_then_swap)
+    kb = make_kb(notes)
+    assert ("a.md", "unreadable (a.md is a link to .env, which is excluded)") in kb.index()[0].skipped
+    assert not kb.search("hunter2", mode="keyword").hits
+
+
+def test_a_fifo_cannot_hang_a_read(world):
+    kb, notes, _ = world
+    os.mkfifo(notes / "pipe.md")
+    with pytest.raises(KnowledgebaseError):
+        kb.read("pipe.md")  # before: blocked forever in open()
+
+
+def test_a_gitignore_linked_to_an_endless_file_is_ignored(tree, make_kb):
+    notes = tree({"sub/a.md": "alpha text\n"})
+    os.symlink("/dev/zero", notes / "sub" / ".gitignore")
+    kb = make_kb(notes)
+    assert kb.index()[0].added == 1  # before: MemoryError
+
+
+def test_secret_patterns_run_in_linear_time():
+    import time
+
+    from hermes_kb.agent.knowledgebase.secret_scan import redact
+
+    started = time.perf_counter()
+    for text in ("/" * 1_000_000, "sk-" * 300_000):
+        redact(text)
+    assert time.perf_counter() - started < 5  # before: 22 s for 80 KB of slashes, quadratic
+
+
+KEYS = {
+    "encrypted-pkcs8.md": "-----BEGIN ENCRYPTED PRIVATE KEY-----\nMIIFHDBOBgkqSECRETLINE1\nSECRETLINE2\n"
+                          "-----END ENCRYPTED PRIVATE KEY-----\n",
+    "putty.md": "PuTTY-User-Key-File-2: ssh-rsa\nEncryption: none\nPrivate-Lines: 2\nSECRETLINE1\nSECRETLINE2\n"
+                "Private-MAC: 8f3a9b\n",
+    "ssh2.md": "---- BEGIN SSH2 ENCRYPTED PRIVATE KEY ----\nComment: x\nSECRETLINE1\nSECRETLINE2\n"
+               "---- END SSH2 ENCRYPTED PRIVATE KEY ----\n",
+}
+
+
+@pytest.mark.parametrize("name", sorted(KEYS))
+def test_private_key_blocks_of_every_format_stay_out(tree, make_kb, name):
+    notes = tree({name: "# Keys\n\nnotes before\n" + KEYS[name] + "aws_secret_access_key = "
+                  "wJalrXUtnFEMI/K7MDENG/bPxRfiCYEXAMPLEKEY\nnotes after\n"})
+    kb = make_kb(notes)
+    assert kb.index()[0].secrets_redacted == [(name, 2)]
+    for start in range(1, 9):
+        text = kb.read(name, start_line=start, max_lines=3).text
+        assert "SECRETLINE" not in text and "wJalrXUtnFEMI" not in text, (start, text)
+    assert not kb.search("SECRETLINE1 SECRETLINE2", mode="keyword").hits
+
+
+def test_a_missing_directory_does_not_break_reading_the_others(tree, make_kb, tmp_path):
+    notes = tree({"a.md": "alpha\n"})
+    kb = make_kb(tmp_path / "unmounted", notes)
+    assert kb.read("a.md").text == "alpha"

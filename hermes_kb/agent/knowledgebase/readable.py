@@ -10,17 +10,14 @@ from __future__ import annotations
 
 import io
 import os
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from .file_access import AccessError, open_inside, read_fd
 from .loaders import LoadError, is_plain_text, load
 from .scanner import IgnoreRules, file_kind
-from .secret_scan import redact
+from .secret_scan import KEY_BLOCKS, redact
 
-_KEY_BEGIN = re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----")
-_KEY_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----")
 BINARY_PROBE_BYTES = 8192
 
 
@@ -75,16 +72,15 @@ def _stream_lines(fd: int, start_line: int, max_lines: int) -> tuple[int, int, l
             raise NotReadable("it is a binary file")
         text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline=None)
         lines: list[str] = []
-        total, in_key = 0, False
+        total, block_end = 0, None  # the end marker of the key block being read through, if any
         last = start_line + max_lines - 1
         for total, line in enumerate(text, 1):
             line = line.rstrip("\n")
-            begins = bool(_KEY_BEGIN.search(line))
-            masked = in_key or begins
-            if begins:
-                in_key = True
-            if in_key and _KEY_END.search(line):
-                in_key = False
+            if block_end is None:
+                block_end = next((end for begin, end in KEY_BLOCKS if begin.search(line)), None)
+            masked = block_end is not None
+            if block_end is not None and block_end.search(line):
+                block_end = None
             if start_line <= total <= last:
                 lines.append("*" * len(line) if masked else line)
         text.detach()

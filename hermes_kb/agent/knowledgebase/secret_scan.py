@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+import re2
+
 from detect_secrets.plugins.aws import AWSKeyDetector
 from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
 from detect_secrets.plugins.basic_auth import BasicAuthDetector
@@ -25,7 +27,6 @@ from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
 from detect_secrets.plugins.mailchimp import MailchimpDetector
 from detect_secrets.plugins.npm import NpmDetector
 from detect_secrets.plugins.openai import OpenAIDetector
-from detect_secrets.plugins.private_key import PrivateKeyDetector
 from detect_secrets.plugins.pypi_token import PypiTokenDetector
 from detect_secrets.plugins.sendgrid import SendGridDetector
 from detect_secrets.plugins.slack import SlackDetector
@@ -36,13 +37,35 @@ from detect_secrets.plugins.twilio import TwilioKeyDetector
 
 DETECTORS = (
     AWSKeyDetector, AzureStorageKeyDetector, BasicAuthDetector, DiscordBotTokenDetector, GitHubTokenDetector,
-    GitLabTokenDetector, MailchimpDetector, NpmDetector, OpenAIDetector, PrivateKeyDetector, PypiTokenDetector,
+    GitLabTokenDetector, MailchimpDetector, NpmDetector, OpenAIDetector, PypiTokenDetector,
     SendGridDetector, SlackDetector, SquareOAuthDetector, StripeDetector, TelegramBotTokenDetector, TwilioKeyDetector,
 )
-_PATTERNS: tuple[tuple[str, re.Pattern], ...] = tuple(
-    (detector.secret_type, pattern) for detector in DETECTORS for pattern in detector.denylist)
-# detect-secrets finds a private key by its header; the secret is the whole block after it.
-_KEY_BLOCK_END = re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----")
+_LOOKAROUND_OR_LONG_REPEAT = re.compile(r"\(\?[!=<]|\{\d*,?\d{4,}\}")
+
+
+def _linear(pattern: re.Pattern):
+    """The pattern compiled for RE2, which runs in linear time: some detect-secrets patterns
+    (`//.+/:_authToken=`, `sk-[...]*...T3BlbkFJ`) backtrack quadratically in Python's engine, so one
+    80 KB line of slashes took 22 s. Patterns RE2 cannot express (lookarounds, repeats over 1000)
+    are all anchored on a literal prefix with bounded repeats, and stay with `re`."""
+    if _LOOKAROUND_OR_LONG_REPEAT.search(pattern.pattern):
+        return pattern
+    return re2.compile(("(?i)" if pattern.flags & re.IGNORECASE else "") + pattern.pattern)
+
+
+_PATTERNS = tuple((detector.secret_type, _linear(pattern)) for detector in DETECTORS for pattern in detector.denylist)
+# Private keys are whole blocks, not one token: detect-secrets' PrivateKeyDetector knows them by their
+# first line only. Its headers (PEM of every kind, PGP, SSH2, PuTTY), plus encrypted PKCS#8, each with
+# the line that ends the block; the redaction (and kb_read's line masking) covers header to end.
+KEY_BLOCKS: tuple[tuple[re.Pattern, re.Pattern], ...] = (
+    (re.compile(r"-----BEGIN [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----"), re.compile(r"-----END [A-Z0-9 ]*PRIVATE KEY[A-Z ]*-----")),
+    (re.compile(r"---- BEGIN SSH2 [A-Z ]*PRIVATE KEY ----"), re.compile(r"---- END SSH2 [A-Z ]*PRIVATE KEY ----")),
+    (re.compile(r"PuTTY-User-Key-File-\d+:"), re.compile(r"Private-MAC:[ \t]*[0-9A-Fa-f]*")),
+)
+PRIVATE_KEY = "Private Key"
+# An AWS secret access key beside its name, quoted or not (detect-secrets wants quotes).
+_AWS_SECRET = re2.compile(r"(?i)aws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+]{40})\b")
+_PATTERNS += (("AWS Secret Access Key", _AWS_SECRET),)
 MIN_SECRET_GROUP = 8  # a capture group this long is the secret itself (not a prefix such as "ghp")
 
 
@@ -52,11 +75,8 @@ class Redacted:
     found: tuple[str, ...]  # secret types, one per secret removed
 
 
-def _span(match: re.Match, kind: str, text: str) -> tuple[int, int]:
-    if kind == PrivateKeyDetector.secret_type:
-        end = _KEY_BLOCK_END.search(text, match.end())
-        return match.start(), end.end() if end else len(text)
-    groups = [i for i in range(1, (match.re.groups or 0) + 1) if match.group(i)]
+def _span(match, groups_in_pattern: int) -> tuple[int, int]:
+    groups = [i for i in range(1, groups_in_pattern + 1) if match.group(i)]
     if groups and len(match.group(groups[-1])) >= MIN_SECRET_GROUP:
         return match.span(groups[-1])
     return match.span(0)
@@ -73,9 +93,13 @@ def redact(text: str) -> Redacted:
     spans: list[tuple[int, int, str]] = []
     for kind, pattern in _PATTERNS:
         for match in pattern.finditer(text):
-            start, end = _span(match, kind, text)
+            start, end = _span(match, pattern.groups)
             if end > start:
                 spans.append((start, end, kind))
+    for begin, finish in KEY_BLOCKS:
+        for match in begin.finditer(text):
+            end = finish.search(text, match.end())
+            spans.append((match.start(), end.end() if end else len(text), PRIVATE_KEY))
     if not spans:
         return Redacted(text, ())
     spans.sort()
