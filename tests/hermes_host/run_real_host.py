@@ -5,7 +5,8 @@ this project (non-editable) beside it, and check that pip accepts both sets of
 requirements and that not one byte of Hermes changed. Then, with a throwaway
 HOME and HERMES_HOME: `hermes kb index` and `hermes kb search` through Hermes's
 own command line, the /kb command and the tools through Hermes's plugin
-manager and tool registry, and one `hermes chat -Q -q` turn against a loopback
+manager and tool registry, `hermes kb mcp` spoken to over raw JSON-RPC, and one
+`hermes chat -Q -q` turn against a loopback
 fake OpenAI-compatible server, checking what Hermes actually sent: the
 injected cited block in the first request, the kb_search result in the second.
 
@@ -30,6 +31,7 @@ from fake_openai import FINAL_ANSWER, FakeOpenAI  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 HERMES = "hermes-agent==0.19.0"
+HERMES_WITH_MCP = "hermes-agent[mcp]==0.19.0"  # pins mcp==1.26.0; our [mcp] extra must accept it
 MODEL = "fake-model"
 QUESTION = "When does the zeppelin rollout run its canary checks?"
 
@@ -113,14 +115,15 @@ def install(work: Path, python: str) -> Path:
     venv = work / "venv"
     must([python, "-m", "venv", str(venv)], "a fresh venv")
     pip = [str(venv / "bin" / "python"), "-m", "pip", "--disable-pip-version-check"]
-    must([*pip, "install", "--quiet", HERMES], f"pip installs {HERMES}", timeout=600)
+    must([*pip, "install", "--quiet", HERMES_WITH_MCP], f"pip installs {HERMES_WITH_MCP}", timeout=600)
     vpython = str(venv / "bin" / "python")
     # cwd=work: run from the repository, `python -c` would also see its *.egg-info
     before = json.loads(must([vpython, "-c", HASH_HERMES], "hash Hermes's files", cwd=work).stdout)
     script = venv / "bin" / "hermes"
     check(script.is_file(), "Hermes has its hermes script")
     script_before = script.read_bytes()
-    must([*pip, "install", "--quiet", str(REPO)], "pip installs this project (non-editable) beside Hermes", timeout=600)
+    must([*pip, "install", "--quiet", f"{REPO}[mcp]"], "pip installs this project (non-editable, [mcp]) beside Hermes",
+         timeout=600)
     must([*pip, "check"], "pip check: both sets of requirements hold", cwd=work)
     after = json.loads(must([vpython, "-c", HASH_HERMES], "hash Hermes's files again", cwd=work).stdout)
     changed = sorted(k for k in before if before[k] != after.get(k))
@@ -184,6 +187,46 @@ def through_cli(venv: Path, env: dict, work: Path) -> None:
           seen["bad_args"])
 
 
+def through_mcp(venv: Path, env: dict, work: Path) -> None:
+    """`hermes kb mcp` started by Hermes's own CLI, spoken to as an MCP client would: every stdout
+    line must be JSON-RPC (Hermes and the model load print nothing there), and it answers a search."""
+    requests = [
+        {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "real-host", "version": "1"}}},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/list"},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+         "params": {"name": "kb_search", "arguments": {"query": "zeppelin canary checks"}}},
+    ]
+    started = time.monotonic()
+    process = subprocess.Popen([str(venv / "bin" / "hermes"), "kb", "mcp"], env=env, cwd=work, text=True,
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    answers: dict[int, dict] = {}
+    lines: list[str] = []
+    for request in requests:
+        process.stdin.write(json.dumps(request) + "\n")
+        process.stdin.flush()
+        while "id" in request and request["id"] not in answers:
+            line = process.stdout.readline()
+            if not line:
+                raise Failure(f"the MCP server closed stdout without answering\n{process.stderr.read()[-4000:]}")
+            lines.append(line)
+            message = json.loads(line)  # a non-JSON line on stdout fails here
+            if "id" in message:
+                answers[message["id"]] = message
+    process.stdin.close()
+    code = process.wait(timeout=30)
+    print(f"$ hermes kb mcp  ({time.monotonic() - started:.1f} s, exit {code})")
+    check(all(json.loads(line).get("jsonrpc") == "2.0" for line in lines), f"all {len(lines)} stdout lines are JSON-RPC")
+    check(code == 0, "the server exits when stdin closes", process.stderr.read())
+    tools = sorted(t["name"] for t in answers[2]["result"]["tools"])
+    check(tools == ["kb_index", "kb_read", "kb_search", "kb_status"], "four tools, kb_clear off without the flag", tools)
+    result = answers[3]["result"]
+    hits = result.get("structuredContent", {}).get("hits", [])
+    check(not result.get("isError") and hits and hits[0]["uri"] == "kb://kb/deploy.md",
+          "kb_search over MCP returns the cited hit with its kb:// uri", result)
+
+
 def through_chat(venv: Path, env: dict, work: Path, server: FakeOpenAI) -> None:
     result = run([str(venv / "bin" / "hermes"), "chat", "-Q", "-q", QUESTION], env=env, cwd=work, timeout=240)
     transcript = result.stdout + result.stderr
@@ -222,6 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         with FakeOpenAI(MODEL) as server:
             env = write_home(work, server.port)
             through_cli(venv, env, work)
+            through_mcp(venv, env, work)
             through_chat(venv, env, work, server)
         verdict = (f"PASS: the knowledgebase plugin works inside {HERMES} (install {installed - started:.1f} s, "
                    f"host checks {time.monotonic() - installed:.1f} s)")
