@@ -65,8 +65,6 @@ class ScannedFile:
         return Path(self.path)
 
 
-
-
 def file_kind(name: str) -> str:
     """Unknown extensions are treated as text; the loader rejects them if they turn out binary."""
     return KINDS.get(os.path.splitext(name)[1].lower(), "text")
@@ -126,7 +124,6 @@ class IgnoreRules:
             if result.include is not None:
                 verdict = result.include
         return bool(verdict)
-
 
     def allows_secrets(self, rel_path: str) -> bool:
         return self._allowed_secrets.match_file(rel_path)
