@@ -47,3 +47,66 @@ def test_default_index_path_is_per_absolute_path(tmp_path):
     config = parse_knowledgebase({"directories": [str(tmp_path / "a" / "notes"), {"path": str(tmp_path / "b" / "notes"), "name": "notes2"}]})
     first, second = (d.resolved_index_path(tmp_path) for d in config.directories)
     assert first != second and first.name.startswith("notes-") and first.suffix == ".sqlite"
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"directories": [{"path": "/tmp/x", "exclud": ["*.x"]}]},
+     "knowledgebase.directories[0].exclud is not a known setting of a directory entry; did you mean exclude?"),
+    ({"directories": [{"path": "/tmp/x", "colour": 1}]},
+     "knowledgebase.directories[0].colour is not a known setting of a directory entry, which accepts path, name, "
+     "index_path, exclude, chunk_size, chunk_overlap."),
+    ({"embedding_model": {"backend": "local", "batchsize": 3}},
+     "knowledgebase.embedding_model.batchsize is not a known setting of embedding_model; did you mean batch_size?"),
+    ({"alph": 0.5}, "knowledgebase.alph is not a known setting; did you mean alpha?"),
+    ({"colour": "blue"}, "knowledgebase.colour is not a known setting (see config.example.yaml)."),
+    ({7: "x"}, "knowledgebase.7 is not a known setting (see config.example.yaml)."),
+    ({"alpha": float("nan")}, "knowledgebase.alpha must be a number between 0.0 and 1.0, not nan."),
+    ({"min_score": float("-inf")}, "knowledgebase.min_score must be a number between 0.0 and 1.0, not -inf."),
+    ({"relevance_threshold": float("nan")}, "knowledgebase.relevance_threshold must be a number between 0.0 and 2.0, not nan."),
+    ({"watch_debounce_s": float("inf")}, "knowledgebase.watch_debounce_s must be a number between 0.05 and 600.0, not inf."),
+    ({"rrf_k": float("inf")}, "knowledgebase.rrf_k must be a whole number of at least 1, not inf."),
+    ({"embedding_model": {"batch_size": float("nan")}},
+     "knowledgebase.embedding_model.batch_size must be a whole number between 1 and 1024, not nan."),
+    ({"directories": [{"path": "/tmp/x", "index_path": 5}]},
+     "knowledgebase.directories[0].index_path must be a non-empty path string, not 5."),
+    ({"directories": [{"path": "/tmp/x", "index_path": ""}]},
+     "knowledgebase.directories[0].index_path must be a non-empty path string, not ''."),
+    ({"directories": [""]}, "knowledgebase.directories[0] must be a non-empty path, not ''."),
+    ({"directories": [{"path": ""}]}, "knowledgebase.directories[0].path must be a non-empty path string, not ''."),
+    ({"directories": [{"path": 5}]}, "knowledgebase.directories[0].path must be a non-empty path string, not 5."),
+    ({"directories": ["/a\0b"]}, "knowledgebase.directories[0].path '/a\\x00b' is not a usable path (embedded null byte)."),
+    ({"directories": {}}, "knowledgebase.directories must be a list of paths or mappings, not {}."),
+    ({"embedding_model": {"model_path": 5}},
+     "knowledgebase.embedding_model.model_path must be a non-empty path string, not 5."),
+    ({"embedding_model": {"api_key_env": 5}}, "knowledgebase.embedding_model.api_key_env must be a non-empty string, not 5."),
+    ({"embedding_model": {"model": ""}}, "knowledgebase.embedding_model.model must be a non-empty string, not ''."),
+    ({"embedding_model": "local", "embedding": "local"},
+     "knowledgebase.embedding is an older name for embedding_model; keep only embedding_model."),
+    ({"fusion": ["rrf"]}, "knowledgebase.fusion must be one of weighted, rrf, not ['rrf']."),
+    ({"exclude": "x" * 500}, None),  # a plain string is one glob: accepted
+])
+def test_strict_config_one_sentence_per_fault(section, message):
+    if message is None:
+        parse_knowledgebase(section)
+        return
+    with pytest.raises(ConfigError) as error:
+        parse_knowledgebase(section)
+    assert str(error.value) == message
+
+
+def test_long_values_are_cut_short_in_messages():
+    with pytest.raises(ConfigError) as error:
+        parse_knowledgebase({"alpha": "x" * 10_000})
+    assert len(str(error.value)) < 150 and str(error.value).endswith("....")
+
+
+def test_null_embedding_model_and_directories_mean_defaults():
+    config = parse_knowledgebase({"embedding_model": None, "directories": None})
+    assert config.embedding.backend == "local" and config.directories == ()
+
+
+def test_a_path_no_filesystem_accepts_is_no_configured_directory():
+    config = parse_knowledgebase({})
+    assert config.directory("a\0b") is None
+    with pytest.raises(ConfigError, match="not a usable path"):
+        config.ad_hoc("a\0b")

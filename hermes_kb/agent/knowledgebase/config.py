@@ -7,7 +7,9 @@ the user sees.
 
 from __future__ import annotations
 
+import difflib
 import hashlib
+import math
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -28,6 +30,43 @@ class ConfigError(ValueError):
 def expand(value: str) -> str:
     """Expand `~` and `${VAR}` the way a shell user expects."""
     return os.path.expanduser(os.path.expandvars(value))
+
+
+def resolve_path(value: str, what: str) -> Path:
+    """An absolute path from user text; text no file system accepts (a NUL byte, an overlong name)
+    is a ConfigError naming `what` rather than a ValueError or OSError from deep in pathlib."""
+    try:
+        return Path(expand(value)).resolve()
+    except (OSError, ValueError, RuntimeError) as exc:
+        reason = getattr(exc, "strerror", None) or str(exc)
+        raise ConfigError(f"{what} {show(value)} is not a usable path ({reason}).") from None
+
+
+def show(value: Any, limit: int = 60) -> str:
+    """A value as a message quotes it: repr, cut short so a pasted blob cannot flood the terminal."""
+    text = repr(value)
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def did_you_mean(key: Any, known: Any) -> str | None:
+    """The known key closest to a misspelt one, or None when nothing is close."""
+    close = difflib.get_close_matches(str(key), [str(k) for k in known], n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def check_keys(mapping: dict, known: tuple[str, ...], where: str, of: str = "", listing: str | None = None) -> None:
+    """Reject the first key of `mapping` not in `known` in one sentence: the key, then the closest known
+    key, or else what the mapping accepts (`listing`, by default the known keys)."""
+    for key in mapping:
+        if key in known:
+            continue
+        plain = isinstance(key, str) and key.isprintable() and key.strip() == key != ""
+        name = key if plain else show(key)
+        message = f"{where}{name} is not a known setting{of}"
+        close = did_you_mean(key, known)
+        if close:
+            raise ConfigError(f"{message}; did you mean {close}?")
+        raise ConfigError(f"{message}{listing if listing is not None else ', which accepts ' + ', '.join(known)}.")
 
 
 @dataclass(frozen=True)
@@ -97,7 +136,10 @@ class KnowledgebaseConfig:
         for directory in self.directories:
             if directory.name == name_or_path:
                 return directory
-        candidate = Path(expand(name_or_path)).resolve()
+        try:
+            candidate = resolve_path(name_or_path, "a folder path")
+        except ConfigError:
+            return None  # not a path at all, so not a configured one; ad_hoc says why
         for directory in self.directories:
             if directory.path == candidate:
                 return directory
@@ -112,7 +154,7 @@ class KnowledgebaseConfig:
         """A directory the config does not list, indexed with the global settings."""
         if not path.strip():
             raise ConfigError("A folder path is needed, not an empty string.")
-        root = Path(expand(path)).resolve()
+        root = resolve_path(path, "a folder path")
         if not root.is_dir():
             raise ConfigError(f"{path} is neither a configured knowledgebase directory nor an existing folder.")
         return DirectoryConfig(path=root, name=_default_name(root), chunking=self.chunking)
@@ -123,24 +165,25 @@ def _default_name(root: Path) -> str:
 
 
 # --- value checkers: each returns the clean value or raises ConfigError -------------
+# Every message is one sentence: the full key, what it accepts, and (cut short) what it got.
 
 def _bool(key: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    raise ConfigError(f"knowledgebase.{key} must be true or false, not {value!r}.")
+    raise ConfigError(f"knowledgebase.{key} must be true or false, not {show(value)}.")
 
 
 def _number(kind: type, low: float | None = None, high: float | None = None) -> Callable[[str, Any], Any]:
     def check(key: str, value: Any) -> Any:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if kind is int:
-            ok = ok and float(value).is_integer()
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if ok and kind is int:
+            ok = float(value).is_integer()
         if ok and ((low is not None and value < low) or (high is not None and value > high)):
             ok = False
         if not ok:
             bounds = f" between {low} and {high}" if high is not None else f" of at least {low}" if low is not None else ""
             noun = "a whole number" if kind is int else "a number"
-            raise ConfigError(f"knowledgebase.{key} must be {noun}{bounds}, not {value!r}.")
+            raise ConfigError(f"knowledgebase.{key} must be {noun}{bounds}, not {show(value)}.")
         return kind(value)
     return check
 
@@ -151,10 +194,23 @@ def _optional(check: Callable[[str, Any], Any]) -> Callable[[str, Any], Any]:
 
 def _choice(options: tuple[str, ...]) -> Callable[[str, Any], str]:
     def check(key: str, value: Any) -> str:
-        if value not in options:
-            raise ConfigError(f"knowledgebase.{key} must be one of {', '.join(options)}, not {value!r}.")
+        if not isinstance(value, str) or value not in options:
+            raise ConfigError(f"knowledgebase.{key} must be one of {', '.join(options)}, not {show(value)}.")
         return value
     return check
+
+
+def _text(key: str, value: Any) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"knowledgebase.{key} must be a non-empty string, not {show(value)}.")
+    return value
+
+
+def _path(key: str, value: Any) -> Path:
+    """A path setting: a non-empty string, expanded and made absolute."""
+    if not isinstance(value, str) or not value.strip():
+        raise ConfigError(f"knowledgebase.{key} must be a non-empty path string, not {show(value)}.")
+    return resolve_path(value, f"knowledgebase.{key}")
 
 
 def _globs(key: str, value: Any) -> tuple[str, ...]:
@@ -163,7 +219,7 @@ def _globs(key: str, value: Any) -> tuple[str, ...]:
     if isinstance(value, str):
         value = [value]
     if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise ConfigError(f"knowledgebase.{key} must be a list of glob patterns.")
+        raise ConfigError(f"knowledgebase.{key} must be a list of glob patterns, not {show(value)}.")
     return tuple(value)
 
 
@@ -188,7 +244,10 @@ _SCALARS: dict[str, Callable[[str, Any], Any]] = {
     "allow_secrets": _globs,
 }
 _CHUNKING_KEYS = {"chunk_size": _number(int, 32, 2000), "chunk_overlap": _number(int, 0, 1000)}
-_KNOWN_TOP = set(_SCALARS) | set(_CHUNKING_KEYS) | {"directories", "embedding_model", "embedding"}
+# `embedding` is an older spelling of `embedding_model`, still read.
+_KNOWN_TOP = (*_SCALARS, *_CHUNKING_KEYS, "directories", "embedding_model", "embedding")
+_KNOWN_DIRECTORY = ("path", "name", "index_path", "exclude", *_CHUNKING_KEYS)
+_KNOWN_EMBEDDING = ("backend", "model", "model_path", "base_url", "api_key_env", "batch_size")
 
 
 def _chunking(section: dict, prefix: str, base: ChunkingConfig) -> ChunkingConfig:
@@ -200,29 +259,33 @@ def _chunking(section: dict, prefix: str, base: ChunkingConfig) -> ChunkingConfi
 
 
 def _embedding(section: dict) -> EmbeddingConfig:
-    """`embedding_model` is either a backend name or a mapping with the details."""
-    raw = section.get("embedding_model", section.get("embedding", "local"))
+    """`embedding_model` is either a backend name or a mapping with the details; null means the default."""
+    if "embedding_model" in section and "embedding" in section:
+        raise ConfigError("knowledgebase.embedding is an older name for embedding_model; keep only embedding_model.")
+    raw = section.get("embedding_model", section.get("embedding"))
+    if raw is None:
+        raw = {}
     if isinstance(raw, str):
         raw = {"backend": raw}
     if not isinstance(raw, dict):
-        raise ConfigError("knowledgebase.embedding_model must be local, openai, ollama, or a mapping with a backend key.")
+        raise ConfigError(f"knowledgebase.embedding_model must be local, openai, ollama, or a mapping with a backend "
+                          f"key, not {show(raw)}.")
+    check_keys(raw, _KNOWN_EMBEDDING, "knowledgebase.embedding_model.", " of embedding_model")
     backend = _choice(BACKENDS)("embedding_model.backend", raw.get("backend", "local"))
     default_model = DEFAULT_LOCAL_MODEL if backend == "local" else DEFAULT_REMOTE_MODELS[backend]
-    model = raw.get("model", default_model)
-    if not isinstance(model, str) or not model:
-        raise ConfigError("knowledgebase.embedding_model.model must be a model name.")
+    model = _text("embedding_model.model", raw.get("model", default_model))
     model_path = raw.get("model_path")
     if model_path is not None:
-        model_path = str(Path(expand(str(model_path))).resolve())
+        model_path = str(_path("embedding_model.model_path", model_path))
     base_url = raw.get("base_url")
     if base_url is not None and not (isinstance(base_url, str) and base_url.startswith(("http://", "https://"))):
-        raise ConfigError("knowledgebase.embedding_model.base_url must be an http:// or https:// URL.")
+        raise ConfigError(f"knowledgebase.embedding_model.base_url must be an http:// or https:// URL, not {show(base_url)}.")
     return EmbeddingConfig(
         backend=backend,
         model=model,
         model_path=model_path,
         base_url=expand(base_url) if base_url else DEFAULT_BASE_URLS.get(backend),
-        api_key_env=str(raw.get("api_key_env", "OPENAI_API_KEY")),
+        api_key_env=_text("embedding_model.api_key_env", raw.get("api_key_env", "OPENAI_API_KEY")),
         batch_size=_number(int, 1, 1024)("embedding_model.batch_size", raw.get("batch_size", DEFAULT_BATCH_SIZES[backend])),
     )
 
@@ -230,18 +293,21 @@ def _embedding(section: dict) -> EmbeddingConfig:
 def _directory(entry: Any, position: int, base: KnowledgebaseConfig) -> DirectoryConfig:
     where = f"directories[{position}]"
     if isinstance(entry, str):
+        if not entry.strip():
+            raise ConfigError(f"knowledgebase.{where} must be a non-empty path, not {show(entry)}.")
         entry = {"path": entry}
-    if not isinstance(entry, dict) or not isinstance(entry.get("path"), str):
-        raise ConfigError(f"knowledgebase.{where} must be a path or a mapping with a path key.")
-    root = Path(expand(entry["path"])).resolve()
+    if not isinstance(entry, dict) or "path" not in entry:
+        raise ConfigError(f"knowledgebase.{where} must be a path or a mapping with a path key, not {show(entry)}.")
+    check_keys(entry, _KNOWN_DIRECTORY, f"knowledgebase.{where}.", " of a directory entry")
+    root = _path(f"{where}.path", entry["path"])
     name = entry.get("name", _default_name(root))
     if not isinstance(name, str) or not re.fullmatch(r"[A-Za-z0-9_.-]+", name):
-        raise ConfigError(f"knowledgebase.{where}.name must use letters, digits, '-', '_' or '.', not {name!r}.")
+        raise ConfigError(f"knowledgebase.{where}.name must use letters, digits, '-', '_' or '.', not {show(name)}.")
     index_path = entry.get("index_path")
     return DirectoryConfig(
         path=root,
         name=name,
-        index_path=Path(expand(str(index_path))).resolve() if index_path else None,
+        index_path=None if index_path is None else _path(f"{where}.index_path", index_path),
         exclude=_globs(f"{where}.exclude", entry.get("exclude")),
         chunking=_chunking(entry, f"{where}.", base.chunking),
     )
@@ -252,16 +318,16 @@ def parse_knowledgebase(section: Any) -> KnowledgebaseConfig:
     if section is None:
         section = {}
     if not isinstance(section, dict):
-        raise ConfigError("knowledgebase must be a mapping of settings.")
-    unknown = sorted(set(section) - _KNOWN_TOP)
-    if unknown:
-        raise ConfigError(f"knowledgebase.{unknown[0]} is not a known setting (see config.example.yaml).")
+        raise ConfigError(f"knowledgebase must be a mapping of settings, not {show(section)}.")
+    check_keys(section, _KNOWN_TOP, "knowledgebase.", listing=" (see config.example.yaml)")
     values = {key: check(key, section[key]) for key, check in _SCALARS.items() if key in section}
     config = KnowledgebaseConfig(**values, embedding=_embedding(section),
                                  chunking=_chunking(section, "", ChunkingConfig()))
-    raw_dirs = section.get("directories") or []
+    raw_dirs = section.get("directories")
+    if raw_dirs is None:
+        raw_dirs = []
     if not isinstance(raw_dirs, list):
-        raise ConfigError("knowledgebase.directories must be a list of paths or mappings.")
+        raise ConfigError(f"knowledgebase.directories must be a list of paths or mappings, not {show(raw_dirs)}.")
     directories = tuple(_directory(entry, i, config) for i, entry in enumerate(raw_dirs))
     names = [d.name for d in directories]
     duplicate = next((n for n in names if names.count(n) > 1), None)
