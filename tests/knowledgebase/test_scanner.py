@@ -51,3 +51,81 @@ def test_oversized_file_is_skipped_with_reason(tree):
 def test_index_file_inside_the_tree_is_ignored(tree):
     root = tree({"a.md": "x", "idx.sqlite": "x", "idx.sqlite-wal": "x", "other.db": "x"})
     assert paths(scan(root, ignore_paths=(root / "other.db",))) == ["a.md"]
+
+
+# --- issue 14: a bad name or pattern affects only itself ------------------------------------------
+
+from hermes_kb.agent.knowledgebase.scanner import IgnoreRules  # noqa: E402
+
+
+def test_non_utf8_file_and_directory_names_are_skipped_with_a_reason(tree):
+    root = tree({"good.md": "x", "sub/ok.md": "y"})
+    raw = os.fsencode(root)
+    with open(raw + b"/bad-\xff.md", "wb") as handle:
+        handle.write(b"text")
+    os.mkdir(raw + b"/dir-\xfe")
+    with open(raw + b"/dir-\xfe/inner.md", "wb") as handle:
+        handle.write(b"text")
+    with open(raw + b"/sub/also-\xc3.md", "wb") as handle:
+        handle.write(b"text")
+    os.mkdir(raw + b"/node_modules")
+    with open(raw + b"/node_modules/x-\xff.js", "wb") as handle:  # ignored anyway: not reported
+        handle.write(b"text")
+    result = scan(root)
+    assert paths(result) == ["good.md", "sub/ok.md"]
+    reasons = dict(result.skipped)
+    assert reasons == {"bad-\ufffd.md": "file name is not valid UTF-8",
+                       "dir-\ufffd": "directory name is not valid UTF-8",
+                       "sub/also-\ufffd.md": "file name is not valid UTF-8"}
+
+
+def test_ignore_rules_treat_undecodable_names_as_ignored(tree):
+    rules = IgnoreRules(tree({"a.md": "x"}), allow_secrets=(".env",))
+    name = os.fsdecode(b"bad-\xff.md")
+    assert rules.ignored(name, False) and rules.excluded(f"sub/{name}") and not rules.allows_secrets(name)
+
+
+def test_invalid_gitignore_lines_are_dropped_and_reported_once(tree):
+    root = tree({
+        ".gitignore": "*.log\nfoo\\\n\\\n!\n[z-a]\n",
+        "a.md": "x", "app.log": "x",
+        "sub/.gitignore": "# fine\n[b-a]*\n!keep.log\n", "sub/keep.log": "x", "sub/b.md": "x",
+    })
+    result = scan(root)
+    assert paths(result) == [".gitignore", "a.md", "sub/.gitignore", "sub/b.md", "sub/keep.log"]
+    assert result.skipped == [
+        (".gitignore", "line 2 ignored: not a valid pattern ('foo\\\\')"),
+        (".gitignore", "line 3 ignored: not a valid pattern ('\\\\')"),
+        (".gitignore", "line 4 ignored: not a valid pattern ('!')"),
+        (".gitignore", "line 5 ignored: not a valid pattern ('[z-a]')"),
+        ("sub/.gitignore", "line 2 ignored: not a valid pattern ('[b-a]*')"),
+    ]
+
+
+def test_invalid_configured_patterns_are_reported_not_fatal(tree):
+    root = tree({"a.md": "x", "b.tmp": "x", ".env": "S=1"})
+    result = scan(root, exclude=("*.tmp", "[z-a]", "!"), allow_secrets=(".env", "x\\"))
+    assert paths(result) == [".env", "a.md"]
+    assert result.skipped == [
+        ("config: exclude", "pattern 2 ignored: not a valid pattern ('[z-a]')"),
+        ("config: exclude", "pattern 3 ignored: not a valid pattern ('!')"),
+        ("config: allow_secrets", "pattern 2 ignored: not a valid pattern ('x\\\\')"),
+    ]
+
+
+def test_ignore_rules_keep_their_interface_with_bad_patterns(tree):
+    root = tree({".gitignore": "[z-a]\n*.log\n", "a.log": "x"})
+    rules = IgnoreRules(root, exclude=("!",), allow_secrets=())
+    assert rules.ignored("a.log", False) and rules.excluded("a.log") and not rules.ignored("a.md", False)
+    assert [where for where, _ in rules.problems] == ["config: exclude", ".gitignore"]
+
+
+def test_a_gitignore_too_large_for_one_regex_set_still_applies(tree):
+    import random
+    import string
+
+    rng = random.Random(1)
+    lines = ["".join(rng.choice(string.ascii_letters) for _ in range(15)) + "*" for _ in range(4000)]
+    root = tree({".gitignore": "\n".join([*lines, "*.log"]) + "\n", "a.log": "x", "a.md": "x"})
+    result = scan(root)
+    assert paths(result) == [".gitignore", "a.md"] and result.skipped == []

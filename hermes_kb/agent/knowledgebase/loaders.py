@@ -26,13 +26,32 @@ class Document:
     page_starts: tuple[int, ...] = ()  # character offset where page i+1 begins (PDF only)
 
 
+# Longest first: the UTF-32-LE mark begins with the UTF-16-LE one.
+BOMS = ((b"\xff\xfe\x00\x00", "utf-32-le"), (b"\x00\x00\xfe\xff", "utf-32-be"),
+        (b"\xef\xbb\xbf", "utf-8"), (b"\xff\xfe", "utf-16-le"), (b"\xfe\xff", "utf-16-be"))
+BINARY_PROBE = 8192
+
+
+def bom_encoding(data: bytes) -> tuple[str, int] | None:
+    """(codec, BOM length) when data starts with a Unicode byte order mark."""
+    for mark, codec in BOMS:
+        if data.startswith(mark):
+            return codec, len(mark)
+    return None
+
+
 def decode_text(data: bytes) -> str:
-    """Text files: reject binaries, never fail on a stray undecodable byte."""
-    if b"\x00" in data[:8192]:
-        raise LoadError("binary file")
-    if data.startswith(b"\xef\xbb\xbf"):
-        data = data[3:]
-    text = data.decode("utf-8", errors="replace")
+    """Text files: decoded by their BOM (UTF-8, -16, -32) or as UTF-8; binaries rejected (a NUL in
+    the first 8 KB of text); never fails on a stray undecodable byte."""
+    codec, skip = bom_encoding(data) or ("utf-8", 0)
+    if codec == "utf-8":
+        if b"\x00" in data[:BINARY_PROBE]:
+            raise LoadError("binary file")
+        text = data[skip:].decode("utf-8", errors="replace")
+    else:
+        text = data[skip:].decode(codec, errors="replace")
+        if "\x00" in text[:BINARY_PROBE]:  # a binary that happens to start with FF FE
+            raise LoadError("binary file")
     return text.replace("\r\n", "\n").replace("\r", "\n")
 
 

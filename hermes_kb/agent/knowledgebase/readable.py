@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .file_access import AccessError, open_inside, read_fd
-from .loaders import LoadError, is_plain_text, load
+from .loaders import LoadError, bom_encoding, decode_text, is_plain_text, load
 from .scanner import IgnoreRules, file_kind
 from .secret_scan import KEY_BLOCKS, redact
 
@@ -68,9 +68,17 @@ def _stream_lines(fd: int, start_line: int, max_lines: int) -> tuple[int, int, l
     lines inside any key block are blanked here rather than left to `redact`.
     """
     with io.open(fd, "rb", closefd=False) as raw:
-        if b"\x00" in raw.peek(BINARY_PROBE_BYTES)[:BINARY_PROBE_BYTES]:
+        head = raw.peek(BINARY_PROBE_BYTES)[:BINARY_PROBE_BYTES]
+        if (bom_encoding(head) or ("utf-8",))[0] != "utf-8":
+            # UTF-16/32 by its BOM: decoded whole (the file is within max_file_bytes), as the index does.
+            try:
+                text = io.StringIO(decode_text(raw.read()))
+            except LoadError:
+                raise NotReadable("it is a binary file") from None
+        elif b"\x00" in head:
             raise NotReadable("it is a binary file")
-        text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline=None)
+        else:
+            text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline=None)
         lines: list[str] = []
         total, block_end = 0, None  # the end marker of the key block being read through, if any
         last = start_line + max_lines - 1
@@ -83,5 +91,6 @@ def _stream_lines(fd: int, start_line: int, max_lines: int) -> tuple[int, int, l
                 block_end = None
             if start_line <= total <= last:
                 lines.append("*" * len(line) if masked else line)
-        text.detach()
+        if isinstance(text, io.TextIOWrapper):
+            text.detach()
     return min(total, last), total, lines

@@ -9,10 +9,13 @@ from __future__ import annotations
 import logging
 import os
 import stat
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Sequence
 
 import pathspec
+from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
 from .file_access import read_inside
 
@@ -70,19 +73,75 @@ def file_kind(name: str) -> str:
     return KINDS.get(os.path.splitext(name)[1].lower(), "text")
 
 
+def is_utf8(name: str) -> bool:
+    """False for a name holding bytes that are not UTF-8 (Python keeps them as lone surrogates):
+    the ignore matcher, SQLite and JSON all refuse such a string."""
+    if name.isascii():
+        return True
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def printable_path(name: str) -> str:
+    """A path fit to report: each undecodable byte shown as U+FFFD."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace") if not is_utf8(name) else name
+
+
+def compile_patterns(lines: Sequence[str], problem: Callable[[int, str], tuple[str, str]],
+                     problems: list[tuple[str, str]]) -> pathspec.GitIgnoreSpec:
+    """A spec from the lines that are valid patterns; each invalid one is reported (as git skips it)."""
+    with warnings.catch_warnings():  # re's "possible nested set" FutureWarning is noise for a user
+        warnings.simplefilter("ignore")
+        try:
+            return pathspec.GitIgnoreSpec.from_lines(lines)
+        except Exception:  # ValueError, re.error or re2's error: sorted out line by line below
+            pass
+        patterns = []
+        for number, line in enumerate(lines, 1):
+            try:
+                patterns.append(GitIgnoreSpecPattern(line))
+            except Exception:
+                problems.append(problem(number, line))
+        try:
+            return pathspec.GitIgnoreSpec(patterns)
+        except Exception:
+            # Every pattern compiles alone, but re2 refuses them as one set (a few thousand lines
+            # already): Python's re, one pattern at a time, is slower and has no such limit.
+            return pathspec.GitIgnoreSpec(patterns, backend="simple")
+
+
+def _invalid(line: str) -> str:
+    shown = line if len(line) <= 80 else line[:77] + "..."
+    return f"not a valid pattern ({shown!r})"
+
+
 class IgnoreRules:
     """Built-in excludes, configured globs and every .gitignore met on the way down.
 
     A path's fate is decided by the deepest rule that matches it, which is how
     git resolves a nested .gitignore that re-includes (`!pattern`) what a
     parent excluded.
+
+    A pattern that does not compile (`foo\\`, `!`, `[z-a]`) is left out, as git
+    leaves it out, and listed once in `problems` as (where, why).
+    A name that is not valid UTF-8 is always ignored.
     """
 
     def __init__(self, root: Path, exclude: tuple[str, ...] = (), allow_secrets: tuple[str, ...] = ()):
         self.root = root
-        self._fixed = pathspec.GitIgnoreSpec.from_lines([*BUILTIN_EXCLUDES, *exclude])
+        self.problems: list[tuple[str, str]] = []
+        exclude, allow_secrets = tuple(exclude), tuple(allow_secrets)
+        self._fixed = compile_patterns(
+            [*BUILTIN_EXCLUDES, *exclude],
+            lambda n, line: ("config: exclude", f"pattern {n - len(BUILTIN_EXCLUDES)} ignored: {_invalid(line)}"),
+            self.problems)
         self._secret = pathspec.GitIgnoreSpec.from_lines(SECRET_FILES)
-        self._allowed_secrets = pathspec.GitIgnoreSpec.from_lines(allow_secrets)
+        self._allowed_secrets = compile_patterns(
+            allow_secrets, lambda n, line: ("config: allow_secrets", f"pattern {n} ignored: {_invalid(line)}"),
+            self.problems)
         self._gitignores: dict[str, pathspec.GitIgnoreSpec | None] = {}
         self._chains: dict[str, list[tuple[int, pathspec.GitIgnoreSpec]]] = {}
 
@@ -91,11 +150,14 @@ class IgnoreRules:
             spec = None
             try:
                 # Through the link-safe open, bounded: a repository can ship `.gitignore -> /dev/zero`.
-                data = read_inside(str(self.root), f"{rel_dir}/.gitignore" if rel_dir else ".gitignore",
-                                   MAX_GITIGNORE_BYTES)
-                spec = pathspec.GitIgnoreSpec.from_lines(data.decode("utf-8", errors="replace").splitlines())
+                where = f"{rel_dir}/.gitignore" if rel_dir else ".gitignore"
+                data = read_inside(str(self.root), where, MAX_GITIGNORE_BYTES)
             except OSError:
                 pass
+            else:
+                spec = compile_patterns(data.decode("utf-8", errors="replace").splitlines(),
+                                        lambda n, line: (where, f"line {n} ignored: {_invalid(line)}"),
+                                        self.problems)
             self._gitignores[rel_dir] = spec
         return self._gitignores[rel_dir]
 
@@ -113,6 +175,8 @@ class IgnoreRules:
         return self._chains[rel_dir]
 
     def ignored(self, rel_path: str, is_dir: bool) -> bool:
+        if not is_utf8(rel_path):
+            return True
         probe = rel_path + "/" if is_dir else rel_path
         if self._fixed.match_file(probe):
             return True
@@ -126,7 +190,7 @@ class IgnoreRules:
         return bool(verdict)
 
     def allows_secrets(self, rel_path: str) -> bool:
-        return self._allowed_secrets.match_file(rel_path)
+        return is_utf8(rel_path) and self._allowed_secrets.match_file(rel_path)
 
     def excluded(self, rel_path: str) -> bool:
         """Whether a scan would leave this file out by rule: the file or any folder above it is ignored."""
@@ -167,6 +231,13 @@ def scan(root: Path, exclude: tuple[str, ...] = (), max_file_bytes: int = 5_000_
                 result.skipped.append((rel, "broken symlink or unreadable"))
                 continue
             is_dir = stat.S_ISDIR(st.st_mode)
+            if not is_utf8(entry.name):
+                # Paths are text everywhere downstream (the ignore matcher, SQLite, JSON): skip, and say so
+                # unless the rules would have left it out anyway.
+                shown = printable_path(rel)
+                if not rules.ignored(shown, is_dir):
+                    result.skipped.append((shown, f"{'directory' if is_dir else 'file'} name is not valid UTF-8"))
+                continue
             if rules.ignored(rel, is_dir):
                 continue
             if is_link:
@@ -193,4 +264,5 @@ def scan(root: Path, exclude: tuple[str, ...] = (), max_file_bytes: int = 5_000_
                 continue
             result.files.append(ScannedFile(rel, entry.path, st.st_size, st.st_mtime_ns, file_kind(entry.name)))
     result.files.sort(key=lambda f: f.rel_path)
+    result.skipped[:0] = rules.problems  # first: a dropped rule may explain what else was (not) indexed
     return result
