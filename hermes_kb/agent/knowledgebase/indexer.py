@@ -24,7 +24,7 @@ from .file_access import read_inside
 from .loaders import LoadError, load
 from .secret_scan import redact
 from .scanner import ScannedFile, scan
-from .store import FileRow, IndexStore, StoreError
+from .store import FileRow, IndexStore, StoreError, index_files
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,7 @@ class IndexSummary:
     chunks_reused: int = 0
     secrets_redacted: list[tuple[str, int]] = field(default_factory=list)  # (path, secrets removed)
     seconds: float = 0.0
+    error: str | None = None  # the directory could not be indexed at all (the others were)
 
     def to_dict(self) -> dict:
         data = asdict(self)
@@ -95,9 +96,9 @@ class _Run:
     """State of one sync; kept out of module globals so runs never share anything."""
 
     def __init__(self, directory: DirectoryConfig, config: KnowledgebaseConfig, store: IndexStore,
-                 embedder_factory: Callable[[], Embedder], progress: Progress, full: bool):
+                 embedder_factory: Callable[[], Embedder], progress: Progress, full: bool, only: set[str] | None):
         self.directory, self.config, self.store = directory, config, store
-        self.embedder_factory, self.progress, self.full = embedder_factory, progress, full
+        self.embedder_factory, self.progress, self.full, self.only = embedder_factory, progress, full, only
         self.embedder: Embedder | None = None
         self.summary = IndexSummary(directory.name, str(directory.path))
         self.pending: list[_Pending] = []
@@ -185,10 +186,17 @@ class _Run:
     def run(self) -> IndexSummary:
         started = time.perf_counter()
         root = self.directory.path
-        scanned = scan(root, ignore_paths=(self.store.path,), **self.config.scan_rules(self.directory))
-        self.summary.skipped.extend(scanned.skipped)
+        scanned = scan(root, ignore_paths=index_files(self.store.path), **self.config.scan_rules(self.directory))
         self.rules = scanned.rules
+        if self.only is not None:
+            scanned.files = [f for f in scanned.files if f.rel_path in self.only]
+            scanned.skipped = [s for s in scanned.skipped if s[0] in self.only]
+        self.summary.skipped.extend(scanned.skipped)
         existing = self.store.files()
+        if self.only is not None:
+            existing = {path: row for path, row in existing.items() if path in self.only}
+        # A re-embed cut short left files whose chunks have no vectors: they are redone, whatever their stat.
+        unfinished = self.store.files_without_vectors() if self.store.reembed_pending() else set()
         signature = f"{chunker_signature(self.directory.chunking)}:secrets={SECRETS_VERSION}"
         if not existing:
             self.store.set_meta(chunker=signature)
@@ -199,7 +207,8 @@ class _Run:
         todo: list[tuple[ScannedFile, FileRow | None]] = []
         for file in scanned.files:
             row = existing.get(file.rel_path)
-            if row is not None and not rechunk and row.size == file.size and row.mtime_ns == file.mtime_ns:
+            if row is not None and not rechunk and row.size == file.size and row.mtime_ns == file.mtime_ns \
+                    and file.rel_path not in unfinished:
                 self.summary.unchanged += 1
                 if row.error:
                     self.summary.skipped.append((file.rel_path, row.error))
@@ -208,10 +217,12 @@ class _Run:
         self.progress.start(self.directory.name, len(todo))
         try:
             for file, row in todo:
-                self.process(file, row, rechunk)
+                self.process(file, row, rechunk or file.rel_path in unfinished)
             self.flush()
             present = {f.rel_path for f in scanned.files}
             self.summary.removed = self.store.delete_files([p for p in existing if p not in present])
+            if unfinished and self.only is None and not self.store.files_without_vectors():
+                self.store.finish_reembed()
             self.store.set_meta(root=str(root), chunker=signature, updated_at=time.time())
             if self.summary.added + self.summary.changed + self.summary.removed > 100:
                 self.store.optimize_fts()
@@ -231,6 +242,8 @@ class _Run:
 
 def index_directory(directory: DirectoryConfig, config: KnowledgebaseConfig, store: IndexStore,
                     embedder_factory: Callable[[], Embedder], progress: Progress | None = None,
-                    full: bool = False) -> IndexSummary:
-    """Sync one directory into its open store; the caller holds the writer lock."""
-    return _Run(directory, config, store, embedder_factory, progress or NullProgress(), full).run()
+                    full: bool = False, only: set[str] | None = None) -> IndexSummary:
+    """Sync one directory into its open store (only the files in `only`, relative paths, when given:
+    a search refreshing its stale hits must not index a hundred unrelated new files); the caller
+    holds the writer lock."""
+    return _Run(directory, config, store, embedder_factory, progress or NullProgress(), full, only).run()

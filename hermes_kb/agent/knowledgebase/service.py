@@ -32,11 +32,14 @@ from .retriever import SearchError, SearchOptions, SearchResult, SearchSource, s
 from .scanner import IgnoreRules, scan
 from .store import (
     IndexBusy,
+    IndexCorrupt,
     IndexStore,
     StoreError,
     driver_description,
+    guarded,
     index_size_bytes,
     remove_index,
+    sqlite_driver,
     writer_lock,
 )
 from .vector_cache import VectorCache
@@ -74,6 +77,18 @@ def expected_identity(config: embeddings.EmbeddingConfig) -> tuple[str, str]:
             and embeddings.package_file(*embeddings.PIP_TOKENIZER):
         return config.model, "onnx-int8"
     return config.model, "fastembed-download"
+
+
+@dataclass(frozen=True)
+class Orphan:
+    index_path: Path
+    root: str | None
+    reason: str
+
+    @property
+    def name(self) -> str:
+        """What `hermes kb clear` takes to remove it: the index file's own name."""
+        return self.index_path.stem
 
 
 @dataclass
@@ -136,21 +151,35 @@ class KnowledgeBase:
 
     def _ad_hoc_indexed(self) -> list[DirectoryConfig]:
         """Folders indexed by path (not listed in config.yaml) still exist for search and status."""
+        return [directory for directory, _ in self._unlisted_indexes() if directory is not None]
+
+    def orphans(self) -> list[Orphan]:
+        """Index files under HERMES_HOME that belong to no folder one can name: cut short before their
+        first run finished, unreadable, or their folder renamed or deleted. Status lists them and
+        `hermes kb clear NAME` (the file's name) removes them."""
+        return [orphan for _, orphan in self._unlisted_indexes() if orphan is not None]
+
+    def _unlisted_indexes(self) -> list[tuple[DirectoryConfig | None, Orphan | None]]:
         folder = self.hermes_home / "knowledgebase" / "indexes"
         configured = {self.index_path(d) for d in self.config.directories}
-        found = []
+        found: list[tuple[DirectoryConfig | None, Orphan | None]] = []
         for path in sorted(folder.glob("*.sqlite")) if folder.is_dir() else ():
             if path in configured:
                 continue
             try:
                 with IndexStore(path, create=False) as store:
                     root = store.meta("root")
-            except StoreError:
+            except StoreError as exc:
+                found.append((None, Orphan(path, None, f"unreadable: {exc}")))
                 continue
-            if root and Path(root).is_dir():
-                directory = self.config.ad_hoc(root)
-                if self.index_path(directory) == path:
-                    found.append(directory)
+            if not root:
+                found.append((None, Orphan(path, None, "its first index run did not finish")))
+            elif not Path(root).is_dir():
+                found.append((None, Orphan(path, root, f"its folder {root} is gone (renamed or deleted)")))
+            elif self.index_path(directory := self.config.ad_hoc(root)) == path:
+                found.append((directory, None))
+            else:
+                found.append((None, Orphan(path, root, "it no longer matches its folder's name")))
         return found
 
     def index_path(self, directory: DirectoryConfig) -> Path:
@@ -210,15 +239,27 @@ class KnowledgeBase:
         """Sync directories; with wait=False a directory another process is indexing raises IndexBusy."""
         summaries = []
         for directory in self.targets(target):
-            if not directory.path.is_dir():
-                raise KnowledgebaseError(f"Directory {directory.path} ({directory.name}) does not exist.")
-            path = self.index_path(directory)
-            reporter = progress() if progress else NullProgress()
+            try:
+                summaries.append(self._index_one(directory, full, progress, wait))
+            except (StoreError, KnowledgebaseError) as exc:
+                if target is not None:
+                    raise
+                # One bad directory is fenced off: the others are still indexed, and it says why.
+                summaries.append(IndexSummary(directory.name, str(directory.path), error=str(exc)))
+        return summaries
+
+    def _index_one(self, directory: DirectoryConfig, full: bool = False, progress: Callable[[], Progress] | None = None,
+                   wait: bool = True, only: set[str] | None = None) -> IndexSummary:
+        if not directory.path.is_dir():
+            raise KnowledgebaseError(f"Directory {directory.path} ({directory.name}) does not exist; fix or remove "
+                                     f"it in config.yaml.")
+        path = self.index_path(directory)
+        reporter = progress() if progress else NullProgress()
+        with guarded(path, directory.name):
             with writer_lock(path, wait=wait,
                              on_wait=lambda: reporter.note(f"Waiting for another process indexing {directory.name}...")):
-                with IndexStore(path) as store:
-                    summaries.append(index_directory(directory, self.config, store, self.embedder, reporter, full))
-        return summaries
+                with IndexStore(path, name=directory.name) as store:
+                    return index_directory(directory, self.config, store, self.embedder, reporter, full, only)
 
     def search(self, query: str, k: int = 10, directory: str | None = None, mode: str = "hybrid",
                path_glob: str | None = None, kind: str | None = None, max_tokens: int | None = None,
@@ -227,40 +268,91 @@ class KnowledgeBase:
         arguments = dict(query=query, k=k, directory=directory, mode=mode, path_glob=path_glob, kind=kind,
                          max_tokens=max_tokens, min_score=min_score)
         result = self._search(**arguments)
-        stale = {(h.directory, h.abs_path) for h in result.hits if h.stale}
-        refreshable = {name for name, path in stale if _small_file(path)}
-        if not refreshable:
+        stale: dict[str, set[str]] = {}
+        for hit in result.hits:
+            if hit.stale and _small_file(hit.abs_path):
+                stale.setdefault(hit.directory, set()).add(hit.path)
+        if not stale:
             return result
         for target in self.targets(directory):
-            if target.name in refreshable:
+            if target.name in stale:
                 try:
-                    self.index(str(target.path), wait=False)
+                    self._index_one(target, wait=False, only=stale[target.name])  # those files, nothing else
                 except IndexBusy:
                     log.info("%s is being indexed elsewhere; returning its changed hits flagged stale", target.name)
+                except (StoreError, KnowledgebaseError) as exc:
+                    log.warning("could not refresh %s before answering: %s", target.name, exc)
         return self._search(**arguments)
 
     def _search(self, query: str, k: int, directory: str | None, mode: str, path_glob: str | None,
                 kind: str | None, max_tokens: int | None, min_score: float | None) -> SearchResult:
-        sources = []
-        with contextlib.ExitStack() as stack:
-            for target in self.targets(directory):
-                path = self.index_path(target)
-                store = self._reader(path)
-                if store is None:
-                    if directory is not None:
-                        raise KnowledgebaseError(f"{target.name} is not indexed yet; run `hermes kb index {directory}`.")
+        targets = self.targets(directory)
+        fenced: list[str] = []  # why an index was left out of this search, one sentence each
+        options = SearchOptions(
+            k=k, mode=mode, fusion=self.config.fusion, alpha=self.config.alpha, rrf_k=self.config.rrf_k,
+            min_score=self.config.min_score if min_score is None else min_score,
+            max_tokens=max_tokens, path_glob=path_glob, kind=kind, keyword_row_budget=self.config.keyword_row_budget)
+        for _ in range(len(targets) + 1):  # each retry has fenced off one more bad index
+            with contextlib.ExitStack() as stack:
+                sources = []
+                for target in targets:
+                    try:
+                        with guarded(self.index_path(target), target.name):
+                            source = self._source(target, stack, directory)
+                    except StoreError as exc:
+                        if directory is not None:
+                            raise
+                        fenced.append(str(exc))
+                        targets = [t for t in targets if t is not target]
+                        continue
+                    if source is not None:
+                        sources.append(source)
+                if not sources:
+                    if fenced:
+                        raise KnowledgebaseError(" ".join(fenced))
+                    raise KnowledgebaseError("Nothing is indexed yet; run `hermes kb index` first.")
+                try:
+                    result = search(sources, query, lambda: self.embedder().embed_query(query), options)
+                except sqlite_driver()[0].DatabaseError as exc:
+                    culprit = self._damaged(sources)  # the query met damage in one of them: which?
+                    if culprit is None or directory is not None:
+                        raise (culprit or StoreError(f"Search failed in the index: {exc}.")) from None
+                    fenced.append(str(culprit[1]))
+                    targets = [t for t in targets if t.name != culprit[0]]
                     continue
-                refusal = self._refusal(target, store)
-                stack.enter_context(store.snapshot())
-                sources.append(SearchSource(target.name, str(target.path), store, refusal,
-                                            self._copy("vector_cache", path, store), self._copy("keyword_cache", path, store)))
-            if not sources:
-                raise KnowledgebaseError("Nothing is indexed yet; run `hermes kb index` first.")
-            options = SearchOptions(
-                k=k, mode=mode, fusion=self.config.fusion, alpha=self.config.alpha, rrf_k=self.config.rrf_k,
-                min_score=self.config.min_score if min_score is None else min_score,
-                max_tokens=max_tokens, path_glob=path_glob, kind=kind, keyword_row_budget=self.config.keyword_row_budget)
-            return search(sources, query, lambda: self.embedder().embed_query(query), options)
+            result.warnings.extend(fenced)
+            return result
+        raise KnowledgebaseError(" ".join(fenced))
+
+    def _source(self, target: DirectoryConfig, stack: contextlib.ExitStack, directory: str | None) -> SearchSource | None:
+        path = self.index_path(target)
+        store = self._reader(path)
+        if store is None:
+            if directory is not None:
+                raise KnowledgebaseError(f"{target.name} is not indexed yet; run `hermes kb index {directory}`.")
+            return None
+        refusal = self._refusal(target, store)
+        stack.enter_context(store.snapshot())
+        return SearchSource(target.name, str(target.path), store, refusal,
+                            self._copy("vector_cache", path, store), self._copy("keyword_cache", path, store))
+
+    def _damaged(self, sources: list[SearchSource]) -> tuple[str, IndexCorrupt] | None:
+        """After a query failed inside SQLite: the first source whose file fails its quick check."""
+        for source in sources:
+            path = source.store.path
+            problems = source.store.integrity_problems()
+            if problems:
+                self._forget_reader(path)
+                return source.name, IndexCorrupt(
+                    f"The index of {source.name} ({path}) is corrupt ({problems[0]}); it was left out. Run "
+                    f"`hermes kb doctor {source.name} --repair` to rebuild it (your files are untouched).")
+        return None
+
+    def _forget_reader(self, path: Path) -> None:
+        for key in [key for key in self._readers if key[0] == path]:
+            self._readers.pop(key)[1].close()
+        for kind in DERIVED_COPIES:
+            self._copies.pop((kind, path), None)
 
     def read(self, path: str, start_line: int = 1, max_lines: int = 80) -> ReadResult:
         """A window of a file the index includes; nothing else, whatever the path or its links say."""
@@ -294,29 +386,53 @@ class KnowledgeBase:
         return None if rel == "." or rel.startswith("../") or rel == ".." else rel
 
     def status(self, target: str | None = None) -> list[dict]:
+        """One row per directory (and per orphaned index when no target is given); a directory whose
+        index cannot be read gets a `problem` sentence instead of failing the others."""
         rows = []
         for directory in self.targets(target):
             path = self.index_path(directory)
             row = {"name": directory.name, "root": str(directory.path), "index_path": str(path),
-                   "indexed": path.exists(), "driver": driver_description()}
+                   "indexed": path.exists(), "driver": driver_description(), "health": "ok"}
             if path.exists():
-                with IndexStore(path, create=False) as store:
-                    meta = store.all_meta()
-                    known = store.files()
-                    row.update(store.counts())
-                    identity = store.model_identity()
-                    row["model"] = f"{identity.model_id} ({identity.variant}, {identity.dim}d)" if identity else None
-                    row["vector_search"] = self._refusal(directory, store) or "ok"
-                    for kind, (module, _) in DERIVED_COPIES.items():
-                        row[kind] = "current" if module.read_generation(module.cache_path(path)) == store.generation() else "stale"
-                    if row["keyword_cache"] == "stale" and keyword_cache.over_limit(store):
-                        row["keyword_cache"] = "off"
-                updated = float(meta.get("updated_at", 0) or 0)
-                row["last_indexed"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(updated)) if updated else None
-                row["size_bytes"] = index_size_bytes(path)
-                row["changed_on_disk"] = self._changed_on_disk(directory, known, path)
+                try:
+                    with guarded(path, directory.name):
+                        row.update(self._index_status(directory, path))
+                except StoreError as exc:
+                    row.update(health="corrupt" if isinstance(exc, IndexCorrupt) else "error", problem=str(exc))
+            if not directory.path.is_dir():
+                row.update(health="missing", problem=f"The folder {directory.path} of {directory.name} does not exist; "
+                                                     f"fix or remove it in config.yaml.")
             rows.append(row)
+        if target is None:
+            rows.extend({"name": o.name, "root": o.root, "index_path": str(o.index_path), "indexed": True,
+                         "driver": driver_description(), "health": "orphaned",
+                         "problem": f"The index {o.name} belongs to no folder: {o.reason}; `hermes kb clear {o.name}` "
+                                    f"removes it."} for o in self.orphans())
         return rows
+
+    def _index_status(self, directory: DirectoryConfig, path: Path) -> dict:
+        row: dict = {}
+        with IndexStore(path, create=False, name=directory.name) as store:
+            meta = store.all_meta()
+            known = store.files()
+            row.update(store.counts())
+            identity = store.model_identity()
+            row["model"] = f"{identity.model_id} ({identity.variant}, {identity.dim}d)" if identity else None
+            row["vector_search"] = self._refusal(directory, store) or "ok"
+            if store.reembed_pending():
+                row["chunks_without_vectors"] = store.chunks_without_vectors()
+                row["vector_search"] = (f"{row['chunks_without_vectors']} chunks of {directory.name} still wait for "
+                                        f"vectors (a re-embed was cut short); run `hermes kb index {directory.name}` "
+                                        f"to finish it.")
+            for kind, (module, _) in DERIVED_COPIES.items():
+                row[kind] = "current" if module.read_generation(module.cache_path(path)) == store.generation() else "stale"
+            if row["keyword_cache"] == "stale" and keyword_cache.over_limit(store):
+                row["keyword_cache"] = "off"
+        updated = float(meta.get("updated_at", 0) or 0)
+        row["last_indexed"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(updated)) if updated else None
+        row["size_bytes"] = index_size_bytes(path)
+        row["changed_on_disk"] = self._changed_on_disk(directory, known, path)
+        return row
 
     def _changed_on_disk(self, directory: DirectoryConfig, known: dict, index_path: Path) -> int | None:
         """Stat-only count of files added, modified or deleted since the last index."""
@@ -330,13 +446,17 @@ class KnowledgeBase:
 
     def clear(self, target: str | None = None) -> list[str]:
         cleared = []
-        for directory in self.targets(target):
-            path = self.index_path(directory)
-            for key in [key for key in self._readers if key[0] == path]:
-                self._readers.pop(key)[1].close()
-            for kind in DERIVED_COPIES:
-                self._copies.pop((kind, path), None)
+        for name, path in self.clear_targets(target):
+            self._forget_reader(path)
             with writer_lock(path):
                 if remove_index(path):
-                    cleared.append(directory.name)
+                    cleared.append(name)
         return cleared
+
+    def clear_targets(self, target: str | None) -> list[tuple[str, Path]]:
+        """(name, index file) of what `clear` would delete: directories, or an orphaned index by its name."""
+        if target is not None:
+            orphan = next((o for o in self.orphans() if target in (o.name, str(o.index_path))), None)
+            if orphan is not None:
+                return [(orphan.name, orphan.index_path)]
+        return [(d.name, self.index_path(d)) for d in self.targets(target)]

@@ -9,6 +9,7 @@ embedding dimension is known.
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import functools
 import logging
@@ -85,6 +86,58 @@ class StoreError(RuntimeError):
     """The index file cannot be used; the message says which file and why."""
 
 
+class IndexCorrupt(StoreError):
+    """SQLite found the file damaged; `hermes kb doctor --repair` rebuilds it from the folder."""
+
+
+class DiskFull(StoreError):
+    """A write ran out of space; SQLite rolled it back, so the index is as it was."""
+
+
+# What SQLite's message says -> (error class, sentence). The sentence gets the directory name and path.
+_FAULTS: tuple[tuple[tuple[str, ...], type[StoreError], str], ...] = (
+    (("disk is full", "no space left"), DiskFull,
+     "The disk holding the index of {name} ({path}) is full; nothing indexed was lost. Free some space, then run "
+     "`hermes kb index {name}` again."),
+    (("malformed", "not a database", "blob read error", "corrupt", "file is encrypted"), IndexCorrupt,
+     "The index of {name} ({path}) is corrupt; run `hermes kb doctor {name} --repair` to rebuild it (your files are "
+     "untouched)."),
+    (("readonly", "read-only", "unable to open", "permission denied", "access permission"), StoreError,
+     "Cannot use the index of {name} at {path} ({detail}); check that the folder is writable."),
+    (("locked", "busy"), StoreError,
+     "The index of {name} is busy in another process ({detail}); try again in a moment."),
+)
+_DISK_ERRNOS = {errno.ENOSPC: "no space left", errno.EDQUOT: "no space left", errno.EROFS: "read-only",
+                errno.EACCES: "permission denied", errno.EPERM: "permission denied"}
+
+
+def explain(exc: BaseException, path: Path, name: str) -> StoreError:
+    """A SQLite or file-system failure on one index as the one sentence the user sees."""
+    detail = str(exc) if not isinstance(exc, OSError) else _DISK_ERRNOS.get(exc.errno, exc.strerror or str(exc))
+    lowered = detail.lower()
+    for needles, kind, sentence in _FAULTS:
+        if any(needle in lowered for needle in needles):
+            return kind(sentence.format(name=name, path=path, detail=detail))
+    return StoreError(f"The index of {name} ({path}) failed: {detail}.")
+
+
+@contextlib.contextmanager
+def guarded(path: Path, name: str) -> Iterator[None]:
+    """Turn SQLite and disk errors raised inside into StoreError naming this index (its subclasses tell
+    corruption and a full disk apart), so a caller can fence off one bad index and go on with the rest."""
+    module, _ = sqlite_driver()
+    try:
+        yield
+    except StoreError:
+        raise
+    except module.DatabaseError as exc:
+        raise explain(exc, path, name) from None
+    except OSError as exc:
+        if exc.errno not in _DISK_ERRNOS:
+            raise
+        raise explain(exc, path, name) from None
+
+
 @functools.lru_cache(maxsize=1)
 def sqlite_driver():
     """The standard module when it can load extensions, else sqlean's bundled SQLite.
@@ -151,8 +204,10 @@ def _blob(vector: np.ndarray) -> bytes:
 class IndexStore:
     """One open index file. Not shared across threads."""
 
-    def __init__(self, path: Path, create: bool = True):
+    def __init__(self, path: Path, create: bool = True, name: str | None = None):
+        """`name` is the directory's, for error sentences; the file's own name otherwise."""
         self.path = path
+        name = name or path.stem
         if not create and not path.exists():
             raise StoreError(f"No index at {path}; run `hermes kb index` first.")
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -170,7 +225,7 @@ class IndexStore:
             if self.meta("schema_version") is None:
                 self.set_meta(schema_version=SCHEMA_VERSION, created_at=time.time())
         except module.DatabaseError as exc:
-            raise StoreError(f"{path} is not a usable index ({exc}); delete it or run `hermes kb clear`.") from None
+            raise explain(exc, path, name) from None
 
     def close(self) -> None:
         self.conn.close()
@@ -212,6 +267,12 @@ class IndexStore:
         self.conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                               [(k, str(v)) for k, v in values.items()])
 
+    def reembed_pending(self) -> bool:
+        return self.meta("reembed_pending") == "1"
+
+    def finish_reembed(self) -> None:
+        self.conn.execute("DELETE FROM meta WHERE key = 'reembed_pending'")
+
     def model_identity(self) -> ModelIdentity | None:
         meta = self.all_meta()
         if "model_id" not in meta:
@@ -238,6 +299,9 @@ class IndexStore:
             self._bump_generation()
             self.conn.execute("DROP TABLE IF EXISTS chunk_vec")
             self.conn.execute("DELETE FROM meta WHERE key IN ('model_id', 'model_variant', 'dimension', 'vector_ids')")
+            # The journal entry of the re-embed this starts: cleared only by a run that finished it, so a
+            # run cut short (SIGKILL, disk full) is finished by the next one, not taken as done.
+            self.set_meta(reembed_pending=1)
 
     def _bump_generation(self) -> int:
         """Called inside every transaction that changes chunks or vectors, so copies can tell they are stale."""
@@ -458,10 +522,45 @@ class IndexStore:
     def checkpoint(self) -> None:
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
+    def integrity_problems(self, full: bool = False, limit: int = 5) -> list[str]:
+        """SQLite's own check (quick: pages and structure; full: indexes against tables too) plus the
+        FTS index against its table; [] when healthy. Reads the whole file: for doctor and for
+        confirming a suspected fault, not for every status."""
+        module, _ = sqlite_driver()
+        try:
+            rows = [r[0] for r in self.conn.execute(f"PRAGMA {'integrity_check' if full else 'quick_check'}({limit})")]
+            problems = [] if rows == ["ok"] else rows
+            if not problems:
+                self.conn.execute("INSERT INTO chunks_fts(chunks_fts, rank) VALUES ('integrity-check', 1)")
+        except module.DatabaseError as exc:
+            problems = [str(exc)]
+        return problems
+
+    def chunks_without_vectors(self) -> int:
+        """Chunks that have no vector (a re-embed cut short); 0 when no model is pinned yet."""
+        if not self.has_vector_table():
+            return 0
+        chunks = self.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        with_vectors = self.conn.execute("SELECT COUNT(DISTINCT rowid >> 5) FROM chunk_vec").fetchone()[0]
+        return max(0, chunks - with_vectors)
+
+    def files_without_vectors(self) -> set[str]:
+        """Paths of files with a chunk that has no vector (no first window, rowid id << 5)."""
+        have = {row[0] >> 5 for row in self.conn.execute("SELECT rowid FROM chunk_vec WHERE rowid & 31 = 0")} \
+            if self.has_vector_table() else set()
+        rows = self.conn.execute("SELECT c.id, f.path FROM chunks c JOIN files f ON f.id = c.file_id")
+        return {path for chunk_id, path in rows if chunk_id not in have}
+
 
 def companion_paths(path: Path) -> tuple[Path, ...]:
     """The index file and everything that lives and dies with it (the lock file excepted)."""
     return path, Path(f"{path}-wal"), Path(f"{path}-shm"), vector_cache.cache_path(path), keyword_cache.cache_path(path)
+
+
+def index_files(path: Path) -> tuple[Path, ...]:
+    """Every file an index keeps beside itself, the lock included: never indexed as content, whatever
+    the index file is called (a scan skips *.sqlite* by name only)."""
+    return (*companion_paths(path), Path(f"{path}.lock"))
 
 
 def index_size_bytes(path: Path) -> int:
