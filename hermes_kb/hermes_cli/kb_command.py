@@ -246,18 +246,23 @@ EVALUATION_COLUMNS = ["system", "nDCG@10", "R@10", "R@100", "MRR@10", "p50 ms", 
 
 
 def _eval(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
+    import importlib.util
     from pathlib import Path
 
-    try:
-        from hermes_kb.agent.knowledgebase.evaluation import EvaluationError, evaluate
-    except ImportError:
-        err.print("error: evaluation needs ranx: pip install 'hermes-knowledgebase[eval]'")
-        return 1
+    from hermes_kb.agent.knowledgebase.evaluation import EvaluationError, evaluate
+
+    missing = "hermes kb eval needs ranx; install the eval extra: pip install 'hermes-knowledgebase[eval]'"
+    if importlib.util.find_spec("ranx") is None:  # evaluate imports it late; say so before any indexing
+        raise KnowledgebaseError(missing)
     try:
         report = evaluate(Path(args.dataset), kb.config, kb.hermes_home, split=args.split, limit=args.limit,
                           on_progress=lambda message: err.print(f"[dim]{safe(message)}[/]"))
     except EvaluationError as exc:
         raise KnowledgebaseError(str(exc)) from None
+    except ModuleNotFoundError as exc:  # a part of ranx is missing: a broken install of the extra
+        if (exc.name or "").split(".")[0] != "ranx":
+            raise
+        raise KnowledgebaseError(missing) from None
     if args.json:
         _emit_json(out, report.to_dict())
         return 0
