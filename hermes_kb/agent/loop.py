@@ -20,6 +20,11 @@ from .hooks import PRE_LLM_CALL, HookRegistry
 from .llm import LLMClient, LLMError
 
 log = logging.getLogger(__name__)
+STOP_SENTENCE = "I stopped after too many tool calls in one turn; ask again or narrow the question."
+
+
+class TurnStopped(LLMError):
+    """The model kept calling tools past max_tool_rounds: the turn has no answer, and the message says so."""
 
 SYSTEM_PROMPT = (
     "You are Hermes, a helpful assistant in the user's terminal. You can search the user's local "
@@ -63,7 +68,9 @@ class ChatSession:
 
     def ask(self, text: str, on_token: Callable[[str], None] | None = None,
             on_tool: Callable[[str, str, str], None] | None = None) -> str:
-        """Run one user turn to its final answer; tool calls go through the registry."""
+        """Run one user turn to its final answer; tool calls go through the registry. Raises LLMError when the
+        endpoint fails (the turn is undone) and TurnStopped after max_tool_rounds (the turn is kept, closed by
+        the stop sentence, so the model sees its tool results when the user asks again)."""
         self.history.append({"role": "user", "content": text})
         user_index = len(self.history) - 1
         added = self.hooks.run(PRE_LLM_CALL, user_message=text, previous_user_message=self._previous_user_message())
@@ -87,9 +94,8 @@ class ChatSession:
                 if on_tool:
                     on_tool(call.name, call.arguments, result)
                 self.history.append({"role": "tool", "tool_call_id": call.id, "content": result})
-        answer = "I stopped after too many tool calls in one turn; ask again or narrow the question."
-        self.history.append({"role": "assistant", "content": answer})
-        return answer
+        self.history.append({"role": "assistant", "content": STOP_SENTENCE})
+        raise TurnStopped(STOP_SENTENCE)
 
     def save(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)

@@ -19,7 +19,7 @@ from typing import Callable
 from rich.console import Console
 
 from hermes_kb.agent.hooks import PRE_LLM_CALL, HookRegistry
-from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig, expand
+from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig, expand, show
 from hermes_kb.agent.knowledgebase.context import AutoRetriever
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
 from hermes_kb.agent.knowledgebase.watcher import KnowledgebaseWatcher
@@ -45,10 +45,14 @@ def llm_config(section: object, base_url: str | None, model: str | None) -> LLMC
         raise ConfigError("model must be a mapping with base_url, name and api_key_env.")
     url = base_url or section.get("base_url") or DEFAULT_BASE_URL
     if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise ConfigError("model.base_url must be an http:// or https:// URL.")
+        raise ConfigError(f"model.base_url must be an http:// or https:// URL, not {show(url)}.")
+    name = model or section.get("name") or DEFAULT_MODEL
+    if not isinstance(name, str):
+        raise ConfigError(f"model.name must be a model name, not {show(name)}.")
     key_env = section.get("api_key_env", "OPENAI_API_KEY")
-    return LLMConfig(base_url=expand(url), model=model or section.get("name") or DEFAULT_MODEL,
-                     api_key=os.environ.get(str(key_env)) or None)
+    if not isinstance(key_env, str) or not key_env:
+        raise ConfigError(f"model.api_key_env must be the name of an environment variable, not {show(key_env)}.")
+    return LLMConfig(base_url=expand(url), model=name, api_key=os.environ.get(key_env) or None)
 
 
 @dataclass
@@ -124,7 +128,13 @@ def build_runtime(out: Console, err: Console, llm: LLMClient, auto_retrieve: boo
 
 
 def _answer(runtime: ChatRuntime, question: str, out: Console, err: Console) -> bool:
+    """Stream one turn's answer to stdout; a turn without an answer (the endpoint failed, answered in the
+    wrong shape, or the model kept calling tools) ends with one sentence on stderr and False."""
+    streamed = False
+
     def on_token(token: str) -> None:
+        nonlocal streamed
+        streamed = True
         out.file.write(printable(token))  # the model's words can carry escape sequences from documents
         out.file.flush()
 
@@ -133,7 +143,10 @@ def _answer(runtime: ChatRuntime, question: str, out: Console, err: Console) -> 
 
     try:
         runtime.session.ask(question, on_token=on_token, on_tool=on_tool)
-    except LLMError as exc:
+    except LLMError as exc:  # TurnStopped (max tool rounds) included
+        if streamed:  # end the half-written line so the sentence stands on its own
+            out.file.write("\n")
+            out.file.flush()
         err.print(f"[red]error:[/] {safe(str(exc))}")
         return False
     out.file.write("\n")
@@ -148,7 +161,11 @@ def run_chat(argv: list[str], out: Console, err: Console) -> int:
     parser.add_argument("--base-url", help="OpenAI-compatible endpoint (default: model.base_url)")
     parser.add_argument("--no-auto-retrieve", action="store_true", help="do not inject knowledgebase context")
     args = parser.parse_args(argv)
-    llm = LLMClient(llm_config(hermes_config.load_config().get("model"), args.base_url, args.model))
+    try:
+        llm = LLMClient(llm_config(hermes_config.load_config().get("model"), args.base_url, args.model))
+    except LLMError as exc:
+        err.print(f"[red]error:[/] {safe(str(exc))}")
+        return 1
     runtime = build_runtime(out, err, llm, auto_retrieve=not args.no_auto_retrieve,
                             confirm=None if args.query else ask_terminal)
     home = hermes_config.hermes_home()
