@@ -8,11 +8,38 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import yaml
 
-from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig, parse_knowledgebase
+from hermes_kb.agent.knowledgebase.config import (
+    ConfigError, KnowledgebaseConfig, did_you_mean, parse_knowledgebase, show,
+)
+
+# Top-level keys of config.yaml this program reads.
+OUR_KEYS = ("model", "knowledgebase", "plugins")
+# Top-level keys Hermes Agent writes into the same $HERMES_HOME/config.yaml: not ours, but not typos either.
+HERMES_AGENT_KEYS = (
+    "agent", "approvals", "auxiliary", "browser", "checkpoints", "code_execution", "command_allowlist",
+    "compression", "context", "custom_providers", "delegation", "display", "fallback_model", "fallback_providers",
+    "gateway", "honcho", "mcp_servers", "memory", "personalities", "platform_toolsets", "platforms", "prompt_caching",
+    "providers", "providers_order", "quick_commands", "security", "skills", "smart_model_routing", "stt",
+    "terminal", "timezone", "toolsets", "tts", "voice", "web", "_config_version",
+)
+_warned: set[tuple[str, str]] = set()
+
+
+def read_text(path: Path) -> str:
+    """A config file's text; unreadable or non-UTF-8 is a ConfigError sentence. FileNotFoundError passes."""
+    try:
+        return path.read_text(encoding="utf-8-sig")  # a BOM some editors write is not content
+    except FileNotFoundError:
+        raise
+    except OSError as exc:
+        raise ConfigError(f"Cannot read {path}: {exc.strerror or exc}.") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path} is not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset {exc.start}); "
+                          f"save it as UTF-8.") from None
 
 
 def hermes_home() -> Path:
@@ -28,11 +55,9 @@ def load_config(home: Path | None = None) -> dict[str, Any]:
     HERMES_HOME; the Hermes plugin passes the home Hermes resolved (profiles)."""
     path = config_path(home)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_text(path)
     except FileNotFoundError:
         return {}
-    except OSError as exc:
-        raise ConfigError(f"Cannot read {path}: {exc.strerror}.") from None
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -46,6 +71,23 @@ def load_config(home: Path | None = None) -> dict[str, Any]:
     return data
 
 
+def warn_unknown_keys(warn: Callable[[str], None], home: Path | None = None) -> None:
+    """Warn, once per key and process, about a top-level key of config.yaml that nothing reads (`modle:`), with
+    the closest key we read. A config that does not load is left to the command that needs it to report."""
+    try:
+        data = load_config(home)
+    except ConfigError:
+        return
+    path = config_path(home)
+    for key in data:
+        if key in OUR_KEYS or key in HERMES_AGENT_KEYS or (str(path), str(key)) in _warned:
+            continue
+        _warned.add((str(path), str(key)))
+        close = did_you_mean(key, OUR_KEYS)
+        hint = f"; did you mean {close}?" if close else f" (hermes reads {', '.join(OUR_KEYS)})."
+        warn(f"{path} has a top-level key {show(key)} that nothing reads{hint}")
+
+
 def load_kb_config(home: Path | None = None) -> KnowledgebaseConfig:
     return parse_knowledgebase(load_config(home).get("knowledgebase"))
 
@@ -55,7 +97,11 @@ def apply_env() -> None:
     path = hermes_home() / ".env"
     if not path.is_file():
         return
-    for line in path.read_text(encoding="utf-8").splitlines():
+    try:
+        text = read_text(path)
+    except FileNotFoundError:
+        return
+    for line in text.splitlines():
         line = line.strip().removeprefix("export ")
         if not line or line.startswith("#") or "=" not in line:
             continue

@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         hermes_config.apply_env()
+        hermes_config.warn_unknown_keys(lambda message: err.print(f"warning: {printable(message)}", markup=False))
         return command(argv[1:], out, err)
     except ConfigError as exc:
         err.print(f"error: {printable(str(exc))}", markup=False)

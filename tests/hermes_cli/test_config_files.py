@@ -1,0 +1,83 @@
+"""$HERMES_HOME/config.yaml and .env as `hermes` reads them: bad bytes and stray top-level keys."""
+
+import pytest
+
+from hermes_kb.hermes_cli import config as hermes_config
+from hermes_kb.hermes_cli.main import main
+
+
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    monkeypatch.setattr(hermes_config, "_warned", set())
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+@pytest.mark.parametrize("name, content, where", [
+    ("config.yaml", b"knowledgebase:\n  # caf\xe9\n", "(byte 0xe9 at offset 22)"),
+    (".env", b"OPENAI_API_KEY=\xff\xfe\n", "(byte 0xff at offset 15)"),
+])
+@pytest.mark.parametrize("command", [["kb", "status"], ["chat", "-q", "hi"]])
+def test_non_utf8_files_are_one_sentence_and_exit_1(hermes_home, capsys, name, content, where, command):
+    (hermes_home / name).write_bytes(content)
+    code, out, err = run(capsys, *command)
+    assert code == 1 and "Traceback" not in err
+    assert " ".join(err.split()) == f"error: {hermes_home / name} is not UTF-8 text {where}; save it as UTF-8."
+
+
+def test_a_byte_order_mark_is_not_content(hermes_home, monkeypatch):
+    (hermes_home / "config.yaml").write_bytes("\ufeffknowledgebase:\n  alpha: 0.5\n".encode())
+    (hermes_home / ".env").write_bytes("\ufeffHERMES_TEST_BOM=1\n".encode())
+    monkeypatch.delenv("HERMES_TEST_BOM", raising=False)
+    assert hermes_config.load_kb_config().alpha == 0.5
+    hermes_config.apply_env()
+    import os
+    assert os.environ.pop("HERMES_TEST_BOM") == "1"
+
+
+def test_unknown_top_level_key_is_warned_once_with_did_you_mean(hermes_home, capsys):
+    (hermes_home / "config.yaml").write_text("modle: {name: x}\nzebra: 1\ntoolsets: [web]\nknowledgebase: {}\n")
+    code, out, err = run(capsys, "kb", "status", "--json")
+    lines = [" ".join(line.split()) for line in err.strip().splitlines()]
+    path = hermes_home / "config.yaml"
+    assert lines == [f"warning: {path} has a top-level key 'modle' that nothing reads; did you mean model?",
+                     f"warning: {path} has a top-level key 'zebra' that nothing reads "
+                     f"(hermes reads model, knowledgebase, plugins)."]
+    assert "warning" not in run(capsys, "kb", "status", "--json")[2]  # once per process
+
+
+def test_known_top_level_keys_and_a_broken_file_warn_nothing_extra(hermes_home, capsys):
+    (hermes_home / "config.yaml").write_text("model: {name: x}\nplugins: {}\nknowledgebase: {}\nmemory: {}\n")
+    assert "warning" not in run(capsys, "kb", "status")[2]
+    (hermes_home / "config.yaml").write_text("knowledgebase: [unclosed\n")
+    code, out, err = run(capsys, "kb", "status")
+    assert code == 1 and err.count("not valid YAML") == 1 and "warning" not in err
+
+
+def test_the_hermes_plugin_path_never_warns(hermes_home, capsys):
+    (hermes_home / "config.yaml").write_text("modle: {}\n")
+    hermes_config.load_config(hermes_home)
+    hermes_config.load_kb_config(hermes_home)
+    assert capsys.readouterr().err == ""
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"name": 5}, "model.name must be a model name, not 5."),
+    ({"api_key_env": ["X"]}, "model.api_key_env must be the name of an environment variable, not ['X']."),
+    ({"base_url": "ftp://x"}, "model.base_url must be an http:// or https:// URL, not 'ftp://x'."),
+])
+def test_model_section_values_are_checked(hermes_home, capsys, section, message):
+    import yaml
+    (hermes_home / "config.yaml").write_text(yaml.safe_dump({"model": section}))
+    code, out, err = run(capsys, "chat", "-q", "hi")
+    assert code == 1 and " ".join(err.split()) == f"error: {message}"
+
+
+def test_an_unusable_model_url_is_one_sentence(hermes_home, capsys):
+    (hermes_home / "config.yaml").write_text("model: {base_url: 'http://[::1'}\n")
+    code, out, err = run(capsys, "chat", "-q", "hi")
+    assert code == 1 and "is not a usable URL" in err and "Traceback" not in err
