@@ -21,7 +21,7 @@ from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, Kn
 from .kb_mcp import run_mcp
 from .terminal import printable, safe
 
-VERBS = ("index", "search", "status", "clear", "eval")
+VERBS = ("index", "search", "status", "clear", "doctor", "eval")
 
 
 class UsageError(Exception):
@@ -54,6 +54,10 @@ def build_parser(prog: str = "hermes kb") -> argparse.ArgumentParser:
     clear = verbs.add_parser("clear", help="delete an index (the files themselves are untouched)")
     clear.add_argument("target", nargs="?")
     clear.add_argument("--yes", action="store_true", help="do not ask for confirmation")
+    doctor = verbs.add_parser("doctor", help="check every index thoroughly; --repair rebuilds what is damaged")
+    doctor.add_argument("target", nargs="?", help="directory name or path (default: every index)")
+    doctor.add_argument("--repair", action="store_true", help="rebuild what is damaged (your files are never touched)")
+    doctor.add_argument("--full", action="store_true", help="SQLite's full integrity check (slower) instead of the quick one")
     watch = verbs.add_parser("watch", help="stay in the foreground, re-indexing files as they change")
     watch.add_argument("target", nargs="?", help="directory name or path (default: every configured directory)")
     watch.add_argument("--debounce", type=float, help="seconds of quiet before a sync (default: watch_debounce_s)")
@@ -63,7 +67,7 @@ def build_parser(prog: str = "hermes kb") -> argparse.ArgumentParser:
     evaluate.add_argument("dataset", help="folder with corpus.jsonl, queries.jsonl and qrels/<split>.tsv")
     evaluate.add_argument("--split", default="test", help="qrels split to evaluate (default test)")
     evaluate.add_argument("--limit", type=int, help="only the first N queries, over a small corpus (smoke run)")
-    for sub in (index, search, status, clear, watch, evaluate):
+    for sub in (index, search, status, clear, doctor, watch, evaluate):
         sub.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
@@ -113,10 +117,14 @@ def _emit_json(out: Console, data) -> None:
 
 def _index(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     summaries = kb.index(args.target, full=args.full, progress=lambda: RichProgress(err))
+    failed = 1 if any(s.error for s in summaries) else 0  # the others were indexed all the same
     if args.json:
         _emit_json(out, [s.to_dict() for s in summaries])
-        return 0
+        return failed
     for s in summaries:
+        if s.error:
+            err.print(f"[red]error:[/] {safe(s.error)}")
+            continue
         embedded = f"{s.chunks_embedded} chunks embedded, {s.chunks_reused} reused"
         out.print(f"[bold]{safe(s.directory)}[/]: {s.added} added, {s.changed} changed, {s.removed} removed, "
                   f"{s.unchanged} unchanged, {len(s.skipped)} skipped; {embedded}; {s.seconds:.2f} s")
@@ -129,7 +137,7 @@ def _index(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
             out.print(f"  {count} secrets redacted before indexing, in {len(s.secrets_redacted)} files: "
                       f"{safe(', '.join(p for p, _ in s.secrets_redacted[:5]))}"
                       f"{' ...' if len(s.secrets_redacted) > 5 else ''} (allow_secrets opts a file back in)")
-    return 0
+    return failed
 
 
 def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
@@ -170,8 +178,9 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     for column in ("name", "files", "chunks", "last indexed", "size", "changed on disk", "model", "root"):
         table.add_column(column)
     for row in rows:
-        if not row["indexed"]:
-            table.add_row(safe(row["name"]), "-", "-", "never", "-", "-", "-", safe(row["root"]))
+        if "files" not in row:  # never indexed, or an index that cannot be read (said below the table)
+            state = "never" if not row["indexed"] else row["health"]
+            table.add_row(safe(row["name"]), "-", "-", state, "-", "-", "-", safe(row["root"] or "?"))
             continue
         table.add_row(safe(row["name"]), str(row["files"]), str(row["chunks"]), row["last_indexed"] or "never",
                       _human_size(row["size_bytes"]), str(row["changed_on_disk"]),
@@ -180,6 +189,8 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     if rows:
         out.print(f"SQLite driver: {safe(rows[0]['driver'])}")
     for row in rows:
+        if row.get("problem"):
+            out.print(f"[yellow]warning:[/] {safe(row['problem'])}")
         if row.get("vector_search", "ok") != "ok":
             out.print(f"[yellow]warning:[/] {safe(row['vector_search'])}")
         elif row.get("vector_cache") == "stale" and row.get("vectors"):
@@ -191,8 +202,26 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     return 0
 
 
+def _doctor(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
+    from hermes_kb.agent.knowledgebase.doctor import examine
+
+    findings = examine(kb, args.target, repair=args.repair, full=args.full)
+    unresolved = [f for f in findings if not f.repaired]
+    if args.json:
+        _emit_json(out, {"findings": [f.to_dict() for f in findings], "healthy": not unresolved})
+        return 1 if unresolved else 0
+    if not findings:
+        out.print("Every index is healthy.")
+    for finding in findings:
+        state = "[green]repaired[/]" if finding.repaired else "[yellow]problem[/]"
+        out.print(f"{state} {safe(finding.index)}: {safe(finding.problem)} → {safe(finding.repair)}")
+    if unresolved and not args.repair:
+        out.print("Run `hermes kb doctor --repair` to fix what can be rebuilt.")
+    return 1 if unresolved else 0
+
+
 def _clear(kb: KnowledgeBase, args, out: Console, err: Console, confirm: Callable[[str], bool]) -> int:
-    names = [d.name for d in kb.targets(args.target)]
+    names = [name for name, _ in kb.clear_targets(args.target)]
     if not args.yes and not confirm(f"Delete the index of {printable(', '.join(names))}? Your files are not touched. [y/N] "):
         out.print("Nothing cleared.")
         return 1
@@ -205,25 +234,36 @@ def _clear(kb: KnowledgeBase, args, out: Console, err: Console, confirm: Callabl
 
 
 def _watch(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
-    import threading
-
-    from hermes_kb.agent.knowledgebase.watcher import KnowledgebaseWatcher
+    """Index, then sync on every change. A folder that vanishes is said once and re-attached when it is
+    back; once every watched folder has been gone for WATCH_GRACE_S the command exits 1 (see watcher.py)."""
+    from hermes_kb.agent.knowledgebase.watcher import WATCH_GRACE_S, KnowledgebaseWatcher
 
     directories = kb.targets(args.target)
-    for summary in kb.index(args.target, progress=lambda: RichProgress(err)):
-        _print_sync(summary, out, args.json)
+    present = [d for d in directories if d.path.is_dir()]
+    if not present:
+        raise KnowledgebaseError("Nothing to watch: " + ", ".join(f"{d.path} ({d.name})" for d in directories)
+                                 + (" does not exist." if len(directories) == 1 else " do not exist."))
+    for directory in present:
+        for summary in kb.index(str(directory.path), progress=lambda: RichProgress(err)):
+            _print_sync(summary, out, args.json)
     watcher = KnowledgebaseWatcher(kb, directories, debounce_s=args.debounce or kb.config.watch_debounce_s,
                                    on_sync=lambda summary: _print_sync(summary, out, args.json),
-                                   on_error=lambda message: err.print(f"[red]error:[/] {safe(message)}"))
+                                   on_error=lambda message: err.print(f"[red]error:[/] {safe(message)}"),
+                                   on_missing=lambda message: err.print(f"[yellow]warning:[/] {safe(message)}"),
+                                   on_return=lambda message: err.print(safe(message)),
+                                   grace_s=WATCH_GRACE_S)
     watcher.start()
     if not args.json:
         out.print(f"Watching {safe(', '.join(d.name for d in directories))}; Ctrl-C stops.")
+    gave_up = None
     try:
-        threading.Event().wait()
+        gave_up = watcher.wait()
     except KeyboardInterrupt:
         pass
     finally:
         watcher.stop()
+    if gave_up:
+        raise KnowledgebaseError(gave_up)
     return 0
 
 
@@ -301,7 +341,7 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
     if args.verb == "watch" and not foreground:
         err.print("In the chat, set knowledgebase.watch_for_changes: true to keep indexes fresh while you talk.")
         return 1
-    handlers = {"index": _index, "search": _search, "status": _status, "eval": _eval, "watch": _watch,
+    handlers = {"index": _index, "search": _search, "status": _status, "eval": _eval, "watch": _watch, "doctor": _doctor,
                 "clear": lambda kb, a, o, e: _clear(kb, a, o, e, confirm),
                 "mcp": lambda kb, a, o, e: run_mcp(kb, a, o, e, foreground)}
     try:

@@ -240,7 +240,7 @@ class KnowledgeBase:
         summaries = []
         for directory in self.targets(target):
             try:
-                summaries.append(self._index_one(directory, full, progress, wait))
+                summaries.append(self.index_one(directory, full, progress, wait))
             except (StoreError, KnowledgebaseError) as exc:
                 if target is not None:
                     raise
@@ -248,7 +248,7 @@ class KnowledgeBase:
                 summaries.append(IndexSummary(directory.name, str(directory.path), error=str(exc)))
         return summaries
 
-    def _index_one(self, directory: DirectoryConfig, full: bool = False, progress: Callable[[], Progress] | None = None,
+    def index_one(self, directory: DirectoryConfig, full: bool = False, progress: Callable[[], Progress] | None = None,
                    wait: bool = True, only: set[str] | None = None) -> IndexSummary:
         if not directory.path.is_dir():
             raise KnowledgebaseError(f"Directory {directory.path} ({directory.name}) does not exist; fix or remove "
@@ -277,7 +277,7 @@ class KnowledgeBase:
         for target in self.targets(directory):
             if target.name in stale:
                 try:
-                    self._index_one(target, wait=False, only=stale[target.name])  # those files, nothing else
+                    self.index_one(target, wait=False, only=stale[target.name])  # those files, nothing else
                 except IndexBusy:
                     log.info("%s is being indexed elsewhere; returning its changed hits flagged stale", target.name)
                 except (StoreError, KnowledgebaseError) as exc:
@@ -313,15 +313,19 @@ class KnowledgeBase:
                     raise KnowledgebaseError("Nothing is indexed yet; run `hermes kb index` first.")
                 try:
                     result = search(sources, query, lambda: self.embedder().embed_query(query), options)
+                    culprit = None
                 except sqlite_driver()[0].DatabaseError as exc:
                     culprit = self._damaged(sources)  # the query met damage in one of them: which?
-                    if culprit is None or directory is not None:
-                        raise (culprit or StoreError(f"Search failed in the index: {exc}.")) from None
-                    fenced.append(str(culprit[1]))
-                    targets = [t for t in targets if t.name != culprit[0]]
-                    continue
-            result.warnings.extend(fenced)
-            return result
+                    if culprit is None:
+                        raise StoreError(f"Search failed in an index: {exc}.") from None
+            if culprit is None:
+                result.warnings.extend(fenced)
+                return result
+            self.forget(culprit[2])  # its snapshot is closed now; a fixed file gets a fresh connection
+            if directory is not None:
+                raise culprit[1]
+            fenced.append(str(culprit[1]))
+            targets = [t for t in targets if t.name != culprit[0]]
         raise KnowledgebaseError(" ".join(fenced))
 
     def _source(self, target: DirectoryConfig, stack: contextlib.ExitStack, directory: str | None) -> SearchSource | None:
@@ -336,19 +340,19 @@ class KnowledgeBase:
         return SearchSource(target.name, str(target.path), store, refusal,
                             self._copy("vector_cache", path, store), self._copy("keyword_cache", path, store))
 
-    def _damaged(self, sources: list[SearchSource]) -> tuple[str, IndexCorrupt] | None:
+    @staticmethod
+    def _damaged(sources: list[SearchSource]) -> tuple[str, IndexCorrupt, Path] | None:
         """After a query failed inside SQLite: the first source whose file fails its quick check."""
         for source in sources:
             path = source.store.path
             problems = source.store.integrity_problems()
             if problems:
-                self._forget_reader(path)
                 return source.name, IndexCorrupt(
                     f"The index of {source.name} ({path}) is corrupt ({problems[0]}); it was left out. Run "
-                    f"`hermes kb doctor {source.name} --repair` to rebuild it (your files are untouched).")
+                    f"`hermes kb doctor {source.name} --repair` to rebuild it (your files are untouched)."), path
         return None
 
-    def _forget_reader(self, path: Path) -> None:
+    def forget(self, path: Path) -> None:
         for key in [key for key in self._readers if key[0] == path]:
             self._readers.pop(key)[1].close()
         for kind in DERIVED_COPIES:
@@ -447,7 +451,7 @@ class KnowledgeBase:
     def clear(self, target: str | None = None) -> list[str]:
         cleared = []
         for name, path in self.clear_targets(target):
-            self._forget_reader(path)
+            self.forget(path)
             with writer_lock(path):
                 if remove_index(path):
                     cleared.append(name)

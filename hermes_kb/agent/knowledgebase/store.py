@@ -242,7 +242,11 @@ class IndexStore:
         try:
             yield
         except BaseException:
-            self.conn.execute("ROLLBACK")
+            # SQLite has already rolled back on some errors (a full disk, an I/O error); a second
+            # ROLLBACK would fail and hide the error that matters.
+            if self.conn.in_transaction:
+                with contextlib.suppress(sqlite_driver()[0].DatabaseError):
+                    self.conn.execute("ROLLBACK")
             raise
         self.conn.execute("COMMIT")
 
@@ -253,7 +257,11 @@ class IndexStore:
         try:
             yield
         finally:
-            self.conn.execute("COMMIT")
+            # Read only: ending it cannot lose anything, and on a damaged file it may fail too, which
+            # must not hide the error the reads met.
+            with contextlib.suppress(sqlite_driver()[0].DatabaseError):
+                if self.conn.in_transaction:
+                    self.conn.execute("COMMIT")
 
     # --- meta ---------------------------------------------------------------------------
     def meta(self, key: str) -> str | None:
@@ -277,7 +285,11 @@ class IndexStore:
         meta = self.all_meta()
         if "model_id" not in meta:
             return None
-        return ModelIdentity(meta["model_id"], meta.get("model_variant", ""), int(meta["dimension"]))
+        try:
+            return ModelIdentity(meta["model_id"], meta.get("model_variant", ""), int(meta.get("dimension", "")))
+        except ValueError:
+            raise IndexCorrupt(f"The index {self.path} records no usable vector dimension "
+                               f"({meta.get('dimension')!r}); run `hermes kb doctor --repair` to rebuild it.") from None
 
     def has_vector_table(self) -> bool:
         return self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunk_vec'").fetchone() is not None
@@ -591,12 +603,12 @@ def writer_lock(index_path: Path, on_wait=None, wait: bool = True) -> Iterator[N
 
 
 def remove_index(path: Path) -> bool:
-    """Delete an index file and its companions; True when something was removed.
+    """Delete an index file, its companions and leftovers of killed cache builds; True when something was removed.
 
     The lock file stays: another process may be waiting on it.
     """
     removed = False
-    for candidate in companion_paths(path):
+    for candidate in (*companion_paths(path), *vector_cache.leftovers(path), *keyword_cache.leftovers(path)):
         with contextlib.suppress(FileNotFoundError):
             os.remove(candidate)
             removed = True
