@@ -64,6 +64,11 @@ def load_config(home: Path | None = None) -> dict[str, Any]:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise ConfigError(f"{path} is not valid YAML{where}.") from None
+    except (ValueError, TypeError, AttributeError, LookupError, RecursionError) as exc:
+        # PyYAML's constructors raise these for a well-formed value they cannot build (`2001-13-45`,
+        # `!!int 1.5`, `!!timestamp x`) and for nesting past the recursion limit.
+        reason = "it is nested too deeply" if isinstance(exc, RecursionError) else " ".join(str(exc).split())[:120]
+        raise ConfigError(f"{path} is not valid YAML ({reason}).") from None
     if data is None:
         return {}
     if not isinstance(data, dict):

@@ -130,3 +130,37 @@ def test_chat_q_after_max_tool_rounds_prints_the_stop_sentence_and_exits_1(chat_
     code, out, err = chat_q(*(tool_call(n) for n in range(8)))
     assert code == 1 and out == ""
     assert "error: I stopped after too many tool calls in one turn; ask again or narrow the question." in err
+
+
+# --- any JSON at all: a Completion or the one malformed-answer error, never another exception -----------
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+from hermes_kb.agent.llm import _from_body, _from_stream, _Malformed  # noqa: E402
+
+SHAPE_KEYS = ["choices", "message", "delta", "content", "tool_calls", "function", "name", "arguments", "id", "index",
+              "error"]
+json_values = st.recursive(
+    st.one_of(st.none(), st.booleans(), st.integers(), st.floats(allow_nan=False), st.text(max_size=5)),
+    lambda children: st.one_of(st.lists(children, max_size=3),
+                               st.dictionaries(st.one_of(st.sampled_from(SHAPE_KEYS), st.text(max_size=3)), children,
+                                               max_size=4)),
+    max_leaves=15)
+
+
+@settings(max_examples=300, deadline=None)
+@given(json_values)
+def test_any_json_body_is_a_completion_or_malformed(value):
+    try:
+        _from_body(json.dumps(value), None)
+    except _Malformed as error:
+        assert "\n" not in str(error)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.one_of(json_values.map(json.dumps), st.text(max_size=8)), max_size=4))
+def test_any_event_stream_is_a_completion_or_malformed(events):
+    try:
+        _from_stream([f"data: {e}" for e in events] + ["data: [DONE]"], None)
+    except _Malformed as error:
+        assert "\n" not in str(error)

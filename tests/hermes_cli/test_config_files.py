@@ -81,3 +81,43 @@ def test_an_unusable_model_url_is_one_sentence(hermes_home, capsys):
     (hermes_home / "config.yaml").write_text("model: {base_url: 'http://[::1'}\n")
     code, out, err = run(capsys, "chat", "-q", "hi")
     assert code == 1 and "is not a usable URL" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("text, reason", [
+    ("knowledgebase:\n  since: 2001-13-45\n", "(month must be in 1..12)."),
+    ("a: !!int 1.5\n", "(invalid literal for int() with base 10: '1.5')."),
+    ("a: !!timestamp x\n", "("),
+    ("a: " + "[" * 5000 + "\n", "(it is nested too deeply)."),
+    ("knowledgebase: [unclosed\n", "at line 2."),
+])
+def test_yaml_a_constructor_cannot_build_is_one_sentence(hermes_home, capsys, text, reason):
+    (hermes_home / "config.yaml").write_text(text)
+    code, out, err = run(capsys, "kb", "status")
+    err = " ".join(err.split())
+    assert code == 1 and "Traceback" not in err
+    assert err.startswith(f"error: {hermes_home / 'config.yaml'} is not valid YAML") and reason in err
+
+
+from hypothesis import given, settings, strategies as st  # noqa: E402
+
+TOKENS = [*"ab:-[]{}!?&*|>'\"#%@`,.01 \n\t", "!!int ", "!!float ", "!!timestamp ", "!!binary ", "2001-13-45",
+          "knowledgebase:", "\n  ", "alpha: ", "directories:", ".nan", ".inf", "\ufeff", "\x85", "\u2028"]
+yamlish = st.lists(st.sampled_from(TOKENS), max_size=25).map("".join)
+
+
+@settings(max_examples=200, deadline=None)
+@given(yamlish)
+def test_any_config_text_loads_or_is_a_config_error(text):
+    import tempfile
+    from pathlib import Path
+
+    from hermes_kb.agent.knowledgebase.config import ConfigError
+    with tempfile.TemporaryDirectory() as home:
+        Path(home, "config.yaml").write_text(text, encoding="utf-8")
+        try:
+            data = hermes_config.load_config(Path(home))
+            hermes_config.load_kb_config(Path(home))
+        except ConfigError as error:
+            assert "\n" not in str(error)
+        else:
+            assert isinstance(data, dict)
