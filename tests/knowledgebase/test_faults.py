@@ -233,3 +233,52 @@ def test_a_missing_configured_folder_does_not_stop_the_others(tree, make_kb, tmp
     assert rows["unmounted"]["health"] == "missing" and rows["docs"]["health"] == "ok"
     with pytest.raises(KnowledgebaseError, match="does not exist"):
         kb.index("unmounted")
+
+
+KILLED_REEMBED = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[3])
+from tests.conftest import StubEmbedder
+from hermes_kb.agent.knowledgebase import indexer
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase
+
+class Slow(StubEmbedder):
+    def embed_documents(self, texts):
+        time.sleep(0.05)
+        return super().embed_documents(texts)
+
+indexer.EMBED_BATCH_CHUNKS = 4
+embedder = Slow(model_id="new-model")
+kb = KnowledgeBase(parse_knowledgebase({"directories": [sys.argv[1]]}), Path(sys.argv[2]), embedder_factory=lambda: embedder)
+kb.index(full=True)
+"""
+
+
+def test_sigkill_during_a_full_reembed_is_finished_by_the_next_run(tree, make_kb, tmp_path, hermes_home):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = tree({f"n{i}.md": f"# Note {i}\n\nbody {i} " + " ".join(f"w{j}" for j in range(60)) + "\n" for i in range(120)},
+                root=tmp_path / "docs")
+    make_kb(root).index()  # built with the "stub" model
+    child = subprocess.Popen([sys.executable, "-c", KILLED_REEMBED, str(root), str(hermes_home),
+                              str(Path(__file__).resolve().parents[2])])
+    index = next((hermes_home / "knowledgebase" / "indexes").glob("*.sqlite"))
+    deadline = time.time() + 60
+    while time.time() < deadline:  # kill once the re-embed is under way, with part of it written
+        with IndexStore(index, create=False) as store:
+            if store.reembed_pending() and store.has_vector_table() and 0 < store.counts()["vectors"] < 100:
+                break
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    resumed = make_kb(root, embedder=StubEmbedder(model_id="new-model"))
+    waiting = resumed.status()[0]["chunks_without_vectors"]
+    assert waiting > 0
+    summary = resumed.index()[0]
+    assert summary.chunks_embedded == waiting  # only what the killed run had not done
+    assert resumed.status()[0]["vector_search"] == "ok" and examine(resumed) == []
