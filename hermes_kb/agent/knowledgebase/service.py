@@ -12,7 +12,7 @@ import logging
 import os
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -225,7 +225,11 @@ class KnowledgeBase:
             return (f"The vectors of {directory.name} are from an older version of the index; run "
                     f"`hermes kb index {directory.name}` to rebuild them (keyword search works meanwhile).")
         if self._expected_identity is None:
-            self._expected_identity = (self.embedder().identity.model_id, self.embedder().identity.variant)
+            try:
+                identity = self.embedder().identity
+            except EmbeddingError as exc:
+                return f"Vector search is off: {exc}"
+            self._expected_identity = (identity.model_id, identity.variant)
         model_id, variant = self._expected_identity
         if (indexed.model_id, indexed.variant) != (model_id, variant):
             return mismatch_message(directory.name, indexed, f"{model_id} ({variant})")
@@ -312,7 +316,7 @@ class KnowledgeBase:
                         raise KnowledgebaseError(" ".join(fenced))
                     raise KnowledgebaseError("Nothing is indexed yet; run `hermes kb index` first.")
                 try:
-                    result = search(sources, query, lambda: self.embedder().embed_query(query), options)
+                    result = self._search_or_keywords(sources, query, options)
                     culprit = None
                 except sqlite_driver()[0].DatabaseError as exc:
                     culprit = self._damaged(sources)  # the query met damage in one of them: which?
@@ -327,6 +331,17 @@ class KnowledgeBase:
             fenced.append(str(culprit[1]))
             targets = [t for t in targets if t.name != culprit[0]]
         raise KnowledgebaseError(" ".join(fenced))
+
+    def _search_or_keywords(self, sources: list[SearchSource], query: str, options: SearchOptions) -> SearchResult:
+        """Hybrid search that loses its model (damaged, unreachable) answers with keywords and says why."""
+        try:
+            return search(sources, query, lambda: self.embedder().embed_query(query), options)
+        except EmbeddingError as exc:
+            if options.mode != "hybrid":
+                raise
+            result = search(sources, query, lambda: self.embedder().embed_query(query), replace(options, mode="keyword"))
+            result.warnings.append(f"Keyword results only: {exc}")
+            return result
 
     def _source(self, target: DirectoryConfig, stack: contextlib.ExitStack, directory: str | None) -> SearchSource | None:
         path = self.index_path(target)

@@ -118,7 +118,8 @@ def explain(exc: BaseException, path: Path, name: str) -> StoreError:
     for needles, kind, sentence in _FAULTS:
         if any(needle in lowered for needle in needles):
             return kind(sentence.format(name=name, path=path, detail=detail))
-    return StoreError(f"The index of {name} ({path}) failed: {detail}.")
+    where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
+    return StoreError(f"The index of {name} ({path}) failed: {detail}{where}.")
 
 
 @contextlib.contextmanager
@@ -132,9 +133,7 @@ def guarded(path: Path, name: str) -> Iterator[None]:
         raise
     except module.DatabaseError as exc:
         raise explain(exc, path, name) from None
-    except OSError as exc:
-        if exc.errno not in _DISK_ERRNOS:
-            raise
+    except OSError as exc:  # the index's own files: its folder, the lock, the caches (documents are read elsewhere)
         raise explain(exc, path, name) from None
 
 
