@@ -328,3 +328,14 @@ def test_malformed_embedding_service_replies_are_one_sentence(hermes_home):
             os.environ.setdefault("OPENAI_API_KEY", "test")
             with pytest.raises(EmbeddingError, match="unexpected shape"):
                 HttpEmbedder(config, hermes_home)
+
+
+def test_an_index_inside_its_folder_with_any_name_never_indexes_itself(tree, make_kb, tmp_path):
+    root = notes(tree, tmp_path / "docs", n=3)
+    kb = make_kb(directories=[{"path": str(root), "index_path": str(root / "kb-index.db")}])
+    kb.index()
+    kb.search("alpha", mode="keyword")  # opens a reader: -wal and -shm exist now
+    (root / "n0.md").write_text("# Note 0\n\nalpha changed\n")
+    summary = kb.index()[0]
+    assert (summary.added, summary.changed) == (0, 1), summary
+    assert kb.status()[0]["files"] == 3
