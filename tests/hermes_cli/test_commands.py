@@ -68,7 +68,7 @@ def test_tab_completion_of_commands_and_kb_verbs(runtime):
 
     assert "/kb" in complete("/k") and "/help" in complete("/h")
     assert complete("/kb s") == ["search", "status"]
-    assert complete("/kb ") == ["clear", "eval", "index", "search", "status"]
+    assert complete("/kb ") == ["clear", "doctor", "eval", "index", "search", "status"]
 
 
 @pytest.mark.integration
