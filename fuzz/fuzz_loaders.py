@@ -11,11 +11,16 @@ import io
 import sys
 import zipfile
 
-import _harness  # noqa: F401  (the repository on sys.path)
+import _harness  # the repository on sys.path
 
-from hermes_kb.agent.knowledgebase.chunker import chunk_document
-from hermes_kb.agent.knowledgebase.config import ChunkingConfig
-from hermes_kb.agent.knowledgebase.loaders import LOADERS, LoadError, load
+with _harness.instrumented():
+    from hermes_kb.agent.knowledgebase.chunker import chunk_document
+    from hermes_kb.agent.knowledgebase.config import ChunkingConfig
+    from hermes_kb.agent.knowledgebase.loaders import LOADERS, LoadError, load
+    try:
+        import docx  # noqa: F401  (imported here so python-docx is instrumented too)
+    except ImportError:
+        pass
 
 KINDS = sorted(LOADERS) + ["unknown"]
 CHUNKING = ChunkingConfig(chunk_size=48, chunk_overlap=8)  # small: more cuts per input

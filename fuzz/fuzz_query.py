@@ -15,11 +15,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-import _harness  # noqa: F401  (the repository on sys.path)
+import _harness  # the repository on sys.path
 
-from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
-from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
-from tests.conftest import StubEmbedder
+with _harness.instrumented():
+    from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+    from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
+from tests.conftest import StubEmbedder  # noqa: E402
 
 MODES = ("keyword", "hybrid", "vector")
 KINDS = ("markdown", "python", "text", "pdf")
@@ -38,7 +39,7 @@ _STATE: dict = {}
 def knowledge_base() -> KnowledgeBase:
     """Built once per process: indexing is the slow part and queries never change the index."""
     if "kb" not in _STATE:
-        base = Path(tempfile.mkdtemp(prefix="kb-fuzz-query-"))
+        base = Path(tempfile.mkdtemp(prefix="kb-fuzz-index-"))
         atexit.register(shutil.rmtree, base, ignore_errors=True)
         home, docs = base / "home", base / "docs"
         home.mkdir()
