@@ -11,7 +11,10 @@ The terms of each chunk are computed once, when the chunk is written, and
 kept in the index (`chunk_terms`), so a first build only reads and sorts
 them, and later ones merge in only the chunks written since.
 FTS5 stays the source of truth: a copy whose generation does not match the
-index is never used, and the search falls back to FTS5 until the rebuild.
+index is never used, and the search falls back to FTS5 until the rebuild. Its checksums (derived_file)
+are checked in full whenever it is mapped (at most ~140 MB under
+MAX_POSTINGS: ~35 ms), since a damaged row or offset could make a search
+allocate gigabytes; a damaged copy is refused like a stale one.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ import numpy as np
 from . import derived_file
 from .derived_file import replacing, write_header
 
-MAGIC = b"HERMESKBKEY1\n"
+MAGIC = b"HERMESKBKEY2\n"  # 2: checksums
 K1, B = 1.2, 0.75  # FTS5's bm25() constants; no other pair won on both SciFact splits (benchmarks/tune_keyword.py)
 MIN_IDF = 1e-6  # FTS5 floors the IDF of words in more than half the rows here rather than going negative
 MAX_POSTINGS = 12_000_000  # ~150k chunks of prose; building holds ~50 bytes a posting, so above this FTS5 serves
@@ -150,10 +153,12 @@ def _write(path: Path, generation: str, postings: _Postings) -> None:
     with replacing(path) as handle:
         handle.truncate(size)
         for name, (offset, dtype, _) in places.items():
+            if name == derived_file.CHECKSUMS:
+                continue
             handle.seek(offset)
             handle.write(np.ascontiguousarray(arrays[name], dtype=dtype).tobytes())
         write_header(handle, MAGIC, {"generation": generation, "count": count, "terms": len(offsets) - 1,
-                                     "postings": total})
+                                     "postings": total}, places)
 
 
 def build(path: Path, generation: str, rows: Iterable[tuple[int, int, bytes]]) -> None:
@@ -170,7 +175,8 @@ def refresh(store) -> bool:
     The caller holds the writer lock.
     """
     path = cache_path(store.path)
-    if read_generation(path) == store.generation():
+    derived_file.remove_leftovers(path)  # temporaries of a build that was killed
+    if read_generation(path) == store.generation():  # every block checked: a damaged copy is rebuilt
         return False  # built from this very content, so no chunk can lack its terms either
     while missing := store.chunks_without_terms(2000):
         store.save_terms([(chunk_id, *chunk_terms(text, heading)) for chunk_id, text, heading in missing])
@@ -210,8 +216,34 @@ def _previous_copy(path: Path, generation: str) -> "KeywordCache | None":
     return previous if same_index and _counter(previous.generation) < _counter(generation) else None
 
 
-def read_generation(path: Path) -> str | None:
-    return derived_file.read_generation(path, MAGIC, _places_of)
+def read_generation(path: Path, full: bool = True) -> str | None:
+    """The generation of the copy at `path` (a cache_path), or None when it is missing, from another
+    version, or fails its checksums (every block is checked: the copy is small enough)."""
+    return derived_file.read_generation(path, MAGIC, _places_of, None, full)
+
+
+def verify(path: Path, full: bool = True) -> str | None:
+    """One sentence saying what is wrong with the copy at `path` (a cache_path), or None when it passes
+    or does not exist."""
+    return derived_file.check(path, MAGIC, "keyword cache", _places_of, full, None)
+
+
+def state(path: Path, generation: str, full: bool = True) -> str:
+    """"current", "stale" (missing, older, or from another version) or "corrupt" (fails its checks):
+    what status shows for the copy at `path` (a cache_path) against the index's generation."""
+    if read_generation(path, full) == generation:
+        return "current"
+    return "corrupt" if derived_file.is_damaged(path, MAGIC, "keyword cache", _places_of, full, None) else "stale"
+
+
+def leftovers(index_path: Path) -> list[Path]:
+    """Temporary files of this index's keyword cache left by a killed build."""
+    return derived_file.leftovers(cache_path(index_path))
+
+
+def remove_leftovers(index_path: Path) -> list[Path]:
+    """Delete them; the paths removed."""
+    return derived_file.remove_leftovers(cache_path(index_path))
 
 
 class KeywordCache:
