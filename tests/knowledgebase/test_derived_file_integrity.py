@@ -156,8 +156,7 @@ def test_a_copy_from_the_previous_version_is_stale_not_corrupt(tmp_path, make_kb
     copy = module.cache_path(index)
     with IndexStore(index, create=False) as store:
         generation = store.generation()
-    old = module.MAGIC[:-2] + b"1\n"
-    flip(copy, len(old) - 2, 1)
+    old = module.MAGIC[:-2] + b"1\n"  # the magic of the layout before checksums
     with open(copy, "r+b") as handle:
         handle.write(old)
     assert module.state(copy, generation) == "stale"
