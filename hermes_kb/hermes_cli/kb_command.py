@@ -196,6 +196,10 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
         elif row.get("vector_cache") == "stale" and row.get("vectors"):
             out.print(f"note: {safe(row['name'])}'s vector cache is behind its index, so vector search scans "
                       f"sqlite-vec (slower) until `hermes kb index {safe(row['name'])}` rebuilds it.")
+        for kind in ("vector_cache", "keyword_cache"):
+            if row.get(kind) == "corrupt":
+                out.print(f"[yellow]warning:[/] {safe(row['name'])}'s {kind.replace('_', ' ')} fails its checksums, so "
+                          f"search uses SQLite directly (slower) until `hermes kb index {safe(row['name'])}` rebuilds it.")
         if row.get("keyword_cache") == "stale" and row.get("chunks"):
             out.print(f"note: {safe(row['name'])}'s keyword cache is behind its index, so keyword search uses "
                       f"FTS5 (slower) until `hermes kb index {safe(row['name'])}` rebuilds it.")

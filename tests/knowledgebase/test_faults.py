@@ -339,3 +339,22 @@ def test_an_index_inside_its_folder_with_any_name_never_indexes_itself(tree, mak
     summary = kb.index()[0]
     assert (summary.added, summary.changed) == (0, 1), summary
     assert kb.status()[0]["files"] == 3
+
+
+def test_a_damaged_cache_is_reported_by_status_and_doctor_and_repaired(tree, make_kb, tmp_path):
+    from hermes_kb.agent.knowledgebase import keyword_cache
+
+    root = notes(tree, tmp_path / "docs", n=30)
+    kb = make_kb(root)
+    kb.index()
+    cache = keyword_cache.cache_path(kb.index_path(kb.config.directories[0]))
+    data = bytearray(cache.read_bytes())
+    middle = len(data) // 2
+    data[middle:middle + 64] = bytes(255 - b for b in data[middle:middle + 64])
+    cache.write_bytes(bytes(data))
+    assert kb.status()[0]["keyword_cache"] == "corrupt"
+    assert kb.search("alpha observation number 7", mode="keyword").hits[0].path == "n7.md"  # FTS5 answers
+    findings = examine(kb)
+    assert len(findings) == 1 and "keyword cache" in findings[0].problem
+    assert all(f.repaired for f in examine(kb, repair=True))
+    assert kb.status()[0]["keyword_cache"] == "current" and examine(kb) == []

@@ -83,8 +83,11 @@ def _examine_contents(name: str, path: Path, store: IndexStore) -> list[Finding]
         cache = module.cache_path(path)
         if not cache.exists() and not store.counts()["chunks"]:
             continue
-        problem = module.verify(cache) if module.read_generation(cache) == generation else "it is behind its index"
-        if problem and not (label == "keyword cache" and keyword_cache.over_limit(store)):
+        state = module.state(cache, generation)
+        if state == "current" or (label == "keyword cache" and keyword_cache.over_limit(store)):
+            continue
+        problem = (module.verify(cache) or "it fails its checksums") if state == "corrupt" else "it is behind its index"
+        if problem:
             findings.append(Finding(name, f"The {label} of {name} is unusable: {problem}.", "rebuilt"))
     return findings
 

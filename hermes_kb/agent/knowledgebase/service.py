@@ -444,7 +444,7 @@ class KnowledgeBase:
                                         f"vectors (a re-embed was cut short); run `hermes kb index {directory.name}` "
                                         f"to finish it.")
             for kind, (module, _) in DERIVED_COPIES.items():
-                row[kind] = "current" if module.read_generation(module.cache_path(path)) == store.generation() else "stale"
+                row[kind] = module.state(module.cache_path(path), store.generation())  # current, stale or corrupt
             if row["keyword_cache"] == "stale" and keyword_cache.over_limit(store):
                 row["keyword_cache"] = "off"
         updated = float(meta.get("updated_at", 0) or 0)
