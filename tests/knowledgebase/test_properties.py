@@ -203,3 +203,22 @@ def test_invalid_patterns_are_each_reported_once_whatever_they_are():
     assert [reason.split(":")[0] for _, reason in result.problems] == [
         "pattern 2 ignored", "pattern 3 ignored", "pattern 4 ignored", "pattern 5 ignored"]
     assert re.search(r"\('\[z-a\]'\)", result.problems[0][1])
+
+
+# --- chunker cost: linear in the document -----------------------------------------------------
+
+def test_many_protected_blocks_and_long_classes_chunk_in_linear_time():
+    """Found while fuzzing: a cut's protected-block check scanned every block (136 KB of
+    alternating table rows: 13 s) and each chunk of a class searched its methods from the
+    class's start (quadratic). Both are now O(log n) lookups: well under a second here."""
+    import time
+
+    cases = [("markdown", "".join("|a\nb c d e f g h\n" for _ in range(8000))),
+             ("markdown", "".join("```\nx\n```\nword word\n" for _ in range(8000))),
+             ("python", "class A:\n" + "".join(f"    def m{i}(self):\n        return {i} + 1\n" for i in range(20000)))]
+    for kind, text in cases:
+        started = time.perf_counter()
+        chunks = chunk_document(Document(text, kind), "x", ChunkingConfig())
+        assert time.perf_counter() - started < 5 and chunks
+    method = int(re.search(r"def: m([0-9]+)$", chunks[-1].heading).group(1))  # the method the chunk starts in
+    assert f"def m{method + 1}(" in chunks[-1].text or f"def m{method}(" in chunks[-1].text

@@ -96,13 +96,30 @@ class _Splitter:
     def __init__(self, text: str, protected: list[tuple[int, int]]):
         self.text = text
         self.token_starts = [m.start() for m in _TOKEN.finditer(text)]
-        self.protected = protected
+        # Protected blocks merged where they overlap (a table left open across a fence) and sorted,
+        # so a position is looked up in O(log n): a scan of the list per cut was quadratic, and a
+        # 136 KB file of alternating table rows took 12 s.
+        merged: list[list[int]] = []
+        for s, e in sorted(protected):
+            if merged and s < merged[-1][1]:
+                merged[-1][1] = max(merged[-1][1], e)
+            else:
+                merged.append([s, e])
+        self.protected_starts = [s for s, _ in merged]
+        self.protected_ends = [e for _, e in merged]
 
     def tokens(self, start: int, end: int) -> int:
         return bisect_left(self.token_starts, end) - bisect_left(self.token_starts, start)
 
+    def _block_end(self, position: int) -> int | None:
+        """End of the protected block strictly around position, if any."""
+        index = bisect_left(self.protected_starts, position) - 1
+        if index >= 0 and position < self.protected_ends[index]:
+            return self.protected_ends[index]
+        return None
+
     def _cuttable(self, position: int) -> bool:
-        return not any(s < position < e for s, e in self.protected)
+        return self._block_end(position) is None
 
     def pieces(self, start: int, end: int, size: int, level: int = 0) -> list[tuple[int, int]]:
         """Spans covering [start, end), each within size unless nothing may cut it."""
@@ -125,15 +142,19 @@ class _Splitter:
             return floor
         position = max(self.token_starts[index], floor)
         # Prefer starting the repeat at a line, then a sentence, over mid-sentence.
-        content_end = len(self.text[:end].rstrip())
+        content_end = end  # the end without trailing blanks, found without copying the text before it
+        while content_end > 0 and self.text[content_end - 1].isspace():
+            content_end -= 1
         for boundary in (_SEPARATORS[1], _SEPARATORS[2]):
             match = boundary.search(self.text, position, content_end)
             if match and match.end() < content_end:
                 position = match.end()
                 break
         # Never start inside a fence or table: it would repeat half a block.
-        while not self._cuttable(position) and position < end:
-            index += 1
+        block_end = self._block_end(position)
+        if block_end is not None and position < end:
+            # The first word at or past the block's end (or past `end`): every one before is inside.
+            index = bisect_left(self.token_starts, min(block_end, end))
             if index >= len(self.token_starts):
                 return end
             position = self.token_starts[index]
@@ -229,15 +250,24 @@ def _code_segments(text: str, kind: str) -> list[_Segment]:
     return [_Segment(s, e, names.get(s, "")) for s, e in zip(bounds, bounds[1:]) if e > s]
 
 
-def _code_context(text: str, file_name: str, segment: _Segment, start: int) -> str:
+def _class_methods(text: str, segment: _Segment) -> tuple[list[int], list[str]]:
+    """(end offsets, names) of the methods in a class segment, found once per segment: searching
+    from the class's start again for every chunk was quadratic in a long class."""
+    if not segment.heading.startswith("class: "):
+        return [], []
+    found = list(_PY_METHOD.finditer(text, segment.start, segment.end))
+    return [m.end() for m in found], [m.group(1) for m in found]
+
+
+def _code_context(file_name: str, segment: _Segment, start: int, methods: tuple[list[int], list[str]]) -> str:
     """`# file: x.py | class: A | def: b` — where in the file a code chunk sits."""
     parts = [f"file: {file_name}"]
     if segment.heading:
         parts.append(segment.heading)
-        if segment.heading.startswith("class: "):
-            methods = list(_PY_METHOD.finditer(text, segment.start, max(start, segment.start) + 1))
-            if methods:
-                parts.append(f"def: {methods[-1].group(1)}")
+        ends, names = methods
+        index = bisect_right(ends, max(start, segment.start) + 1) - 1  # the last method begun by then
+        if index >= 0:
+            parts.append(f"def: {names[index]}")
     return "# " + " | ".join(parts)
 
 
@@ -288,6 +318,7 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
     line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
     chunks: list[Chunk] = []
     for segment in segments:
+        methods = _class_methods(text, segment) if document.kind in _CODE_BOUNDARIES else ([], [])
         for start, end in base.pack(segment.start, segment.end, size, overlap):
             # Trim blank edges so offsets and line ranges hug the real content.
             while start < end and text[start].isspace():
@@ -298,7 +329,7 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
                 continue
             heading = segment.heading
             if document.kind in _CODE_BOUNDARIES:
-                heading = _code_context(text, file_name, segment, start)
+                heading = _code_context(file_name, segment, start, methods)
             page = bisect_right(document.page_starts, start) if document.page_starts else None
             chunks.append(Chunk(
                 text=text[start:end], start_char=start, end_char=end,
