@@ -202,7 +202,7 @@ def test_a_copy_newer_than_its_index_is_rebuilt_from_scratch(tmp_path):
 
 
 @pytest.mark.parametrize("module", [keyword_cache, vector_cache], ids=["keyword", "vector"])
-def test_a_copy_of_the_wrong_size_counts_as_stale_and_the_next_run_rebuilds_it(tmp_path, make_kb, module):
+def test_a_copy_of_the_wrong_size_counts_as_corrupt_and_the_next_run_rebuilds_it(tmp_path, make_kb, module):
     # A layout from another version, or a damaged file, keeps a header naming the current generation.
     root = tmp_path / "notes"
     root.mkdir()
@@ -214,7 +214,7 @@ def test_a_copy_of_the_wrong_size_counts_as_stale_and_the_next_run_rebuilds_it(t
     with open(copy, "r+b") as handle:
         handle.truncate(whole - 8)
     field = f"{'keyword' if module is keyword_cache else 'vector'}_cache"
-    assert module.read_generation(copy) is None and kb.status()[0][field] == "stale"
+    assert module.read_generation(copy) is None and kb.status()[0][field] == "corrupt"  # truncated: damage, not age
     assert kb.search("kiwi mango").hits[0].path == "a.md"  # from the index itself meanwhile
     kb.index()  # nothing changed on disk, but the copy is rebuilt
     assert copy.stat().st_size == whole and kb.status()[0][field] == "current"
