@@ -358,3 +358,10 @@ def test_a_damaged_cache_is_reported_by_status_and_doctor_and_repaired(tree, mak
     assert len(findings) == 1 and "keyword cache" in findings[0].problem
     assert all(f.repaired for f in examine(kb, repair=True))
     assert kb.status()[0]["keyword_cache"] == "current" and examine(kb) == []
+
+
+def test_an_invalid_allow_secrets_pattern_is_reported_not_fatal(tree, make_kb, tmp_path):
+    kb = make_kb(notes(tree, tmp_path / "docs", n=2), allow_secrets=["[z-a]"])
+    summary = kb.index()[0]  # the indexer once compiled allow_secrets itself, strictly: re.error
+    assert summary.added == 2
+    assert any("allow_secrets" in where and "[z-a]" in why for where, why in summary.skipped)

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Protocol
 
 import numpy as np
-import pathspec
 
 from . import keyword_cache, vector_cache
 from .chunker import Chunk, chunk_document, chunker_signature
@@ -102,7 +101,6 @@ class _Run:
         self.embedder: Embedder | None = None
         self.summary = IndexSummary(directory.name, str(directory.path))
         self.pending: list[_Pending] = []
-        self.secrets_allowed = pathspec.GitIgnoreSpec.from_lines(config.allow_secrets)
 
     def _embedder(self) -> Embedder:
         if self.embedder is None:
@@ -167,7 +165,7 @@ class _Run:
             return
         try:
             document = load(data, file.kind)
-            if not self.secrets_allowed.match_file(file.rel_path):
+            if not self.rules.allows_secrets(file.rel_path):
                 redacted = redact(document.text)
                 if redacted.found:
                     document = replace(document, text=redacted.text)

@@ -198,7 +198,7 @@ def _pdf(data: bytes, kind: str) -> Document:
 # A zip archive may expand a thousandfold; parsing its XML costs several times more again. Checked
 # from the archive's directory before anything is inflated: Python's zipfile never inflates an entry
 # past its declared size, so a lying header cannot get round it. Measured with a bomb just under the
-# cap (tests/knowledgebase/test_resource_limits.py): indexing it stays under MAX_FILE_RSS_BYTES.
+# cap (tests/test_attacks.py, test_zip_bombs_...): indexing it stays under MAX_FILE_RSS_BYTES.
 MAX_ARCHIVE_EXPANDED_BYTES = 32_000_000
 MAX_FILE_RSS_BYTES = 1_000_000_000
 

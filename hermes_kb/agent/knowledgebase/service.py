@@ -29,7 +29,7 @@ from .indexer import (
 )
 from .keyword_cache import KeywordCache
 from .retriever import SearchError, SearchOptions, SearchResult, SearchSource, search
-from .scanner import IgnoreRules, scan
+from .scanner import directory_rules, scan
 from .store import (
     IndexBusy,
     IndexCorrupt,
@@ -382,9 +382,7 @@ class KnowledgeBase:
             if rel is None:
                 continue
             try:
-                rules = self.config.scan_rules(directory)
-                window = readable.read_window(directory.path, rel,
-                                              IgnoreRules(directory.path, rules["exclude"], rules["allow_secrets"]),
+                window = readable.read_window(directory.path, rel, directory_rules(self.config, directory),
                                               self.config.max_file_bytes, start_line, max_lines)
             except readable.NotReadable as exc:
                 raise KnowledgebaseError(f"Cannot read {path}: {exc}.") from None

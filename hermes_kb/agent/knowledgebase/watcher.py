@@ -52,7 +52,7 @@ from watchdog.observers.api import ObservedWatch
 
 from .config import DirectoryConfig
 from .indexer import IndexSummary
-from .scanner import IgnoreRules
+from .scanner import IgnoreRules, directory_rules
 from .service import USER_ERRORS, KnowledgeBase
 
 log = logging.getLogger(__name__)
@@ -156,8 +156,7 @@ class KnowledgebaseWatcher:
 
     def start(self) -> None:
         for directory in self.directories.values():
-            rules = self.kb.config.scan_rules(directory)
-            ignore = IgnoreRules(directory.path, rules["exclude"], rules["allow_secrets"])
+            ignore = directory_rules(self.kb.config, directory)
             handler = _DirectoryHandler(directory, ignore, self.kb.index_path(directory), self._mark, self._check_soon)
             self._folders[directory.name] = _Folder(directory, handler)
         self._observer.start()
