@@ -285,6 +285,15 @@ def is_damaged(path: Path, magic: bytes, what: str, places_of: PlacesOf, full: b
     return False
 
 
+def state(path: Path, generation: str, magic: bytes, what: str, places_of: PlacesOf, full: bool,
+          always: Iterable[str] | None = None) -> str:
+    """"current", "stale" (missing, older, or from another version) or "corrupt" (fails its checks):
+    what status shows for a copy against the index's generation."""
+    if read_generation(path, magic, places_of, always, full) == generation:
+        return "current"
+    return "corrupt" if is_damaged(path, magic, what, places_of, full, always) else "stale"
+
+
 def read_generation(path: Path, magic: bytes, places_of: PlacesOf, always: Iterable[str] | None = None,
                     full: bool = False) -> str | None:
     """The generation a copy was built from; None when it is missing, not such a copy, not the size its

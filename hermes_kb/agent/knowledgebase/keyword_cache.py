@@ -231,9 +231,7 @@ def verify(path: Path, full: bool = True) -> str | None:
 def state(path: Path, generation: str, full: bool = True) -> str:
     """"current", "stale" (missing, older, or from another version) or "corrupt" (fails its checks):
     what status shows for the copy at `path` (a cache_path) against the index's generation."""
-    if read_generation(path, full) == generation:
-        return "current"
-    return "corrupt" if derived_file.is_damaged(path, MAGIC, "keyword cache", _places_of, full, None) else "stale"
+    return derived_file.state(path, generation, MAGIC, "keyword cache", _places_of, full, None)
 
 
 def leftovers(index_path: Path) -> list[Path]:

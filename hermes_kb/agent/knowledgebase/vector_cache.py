@@ -207,9 +207,7 @@ def verify(path: Path, full: bool = True) -> str | None:
 def state(path: Path, generation: str, full: bool = False) -> str:
     """"current", "stale" (missing, older, or from another version) or "corrupt" (fails its checks):
     what status shows for the copy at `path` (a cache_path) against the index's generation."""
-    if read_generation(path, full) == generation:
-        return "current"
-    return "corrupt" if derived_file.is_damaged(path, MAGIC, "vector cache", _places_of, full, ALWAYS_CHECKED) else "stale"
+    return derived_file.state(path, generation, MAGIC, "vector cache", _places_of, full, ALWAYS_CHECKED)
 
 
 def leftovers(index_path: Path) -> list[Path]:
