@@ -518,3 +518,11 @@ def test_a_missing_directory_does_not_break_reading_the_others(tree, make_kb, tm
     notes = tree({"a.md": "alpha\n"})
     kb = make_kb(tmp_path / "unmounted", notes)
     assert kb.read("a.md").text == "alpha"
+
+
+def test_a_nul_byte_in_a_directory_argument_is_a_plain_refusal(world):
+    kb, _, _ = world
+    registry = tools_for(kb)
+    assert "not a usable path" in call(registry, "kb_index", directory="a\x00b")["error"]
+    assert "not a knowledgebase directory the user has indexed" in \
+        call(registry, "kb_search", query="x", directory="a\x00b")["error"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import embeddings, keyword_cache, readable, vector_cache
-from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, expand
+from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, resolve_path
 from .embeddings import EmbeddingError
 from .indexer import (
     IndexSummary,
@@ -146,7 +146,10 @@ class KnowledgeBase:
         directory = self.config.directory(target)
         if directory is not None:
             return directory
-        wanted = Path(expand(target)).resolve()
+        try:
+            wanted = resolve_path(target, "a folder path")
+        except ConfigError:
+            return None  # not a path at all (a NUL byte, ...), so no folder anyone indexed
         return next((d for d in self._ad_hoc_indexed() if d.name == target or d.path == wanted), None)
 
     def _ad_hoc_indexed(self) -> list[DirectoryConfig]:
