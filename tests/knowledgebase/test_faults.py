@@ -339,6 +339,7 @@ def test_an_index_inside_its_folder_with_any_name_never_indexes_itself(tree, mak
     summary = kb.index()[0]
     assert (summary.added, summary.changed) == (0, 1), summary
     assert kb.status()[0]["files"] == 3
+    assert kb.status()[0]["changed_on_disk"] == 0  # status's scan skips the same companions
 
 
 def test_a_damaged_cache_is_reported_by_status_and_doctor_and_repaired(tree, make_kb, tmp_path):

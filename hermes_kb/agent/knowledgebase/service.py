@@ -37,6 +37,7 @@ from .store import (
     StoreError,
     driver_description,
     guarded,
+    index_files,
     index_size_bytes,
     remove_index,
     sqlite_driver,
@@ -458,7 +459,7 @@ class KnowledgeBase:
         """Stat-only count of files added, modified or deleted since the last index."""
         if not directory.path.is_dir():
             return None
-        scanned = scan(directory.path, ignore_paths=(index_path,), **self.config.scan_rules(directory))
+        scanned = scan(directory.path, ignore_paths=index_files(index_path), **self.config.scan_rules(directory))
         present = {f.rel_path for f in scanned.files}
         changed = sum(1 for f in scanned.files
                       if f.rel_path not in known or (known[f.rel_path].size, known[f.rel_path].mtime_ns) != (f.size, f.mtime_ns))
