@@ -75,20 +75,20 @@ def _examine_directory(kb: KnowledgeBase, directory: DirectoryConfig, repair: bo
 
 def _examine_contents(name: str, path: Path, store: IndexStore) -> list[Finding]:
     findings = []
-    if store.reembed_pending() or store.chunks_without_vectors():
-        findings.append(Finding(name, f"{store.chunks_without_vectors()} chunks of {name} have no vector (a re-embed "
-                                      f"was cut short).", f"`hermes kb index {name}` embeds them"))
-    generation = store.generation()
+    missing = store.chunks_without_vectors()  # counts every vector once: at most once per index
+    if missing or store.reembed_pending():
+        findings.append(Finding(name, f"{missing} chunks of {name} have no vector (a re-embed was cut short).",
+                                f"`hermes kb index {name}` embeds them"))
+    generation, has_chunks = store.generation(), store.counts()["chunks"] > 0
     for label, module in CACHES.items():
         cache = module.cache_path(path)
-        if not cache.exists() and not store.counts()["chunks"]:
+        if not cache.exists() and not has_chunks:
             continue
         state = module.state(cache, generation)
         if state == "current" or (label == "keyword cache" and keyword_cache.over_limit(store)):
             continue
         problem = (module.verify(cache) or "it fails its checksums") if state == "corrupt" else "it is behind its index"
-        if problem:
-            findings.append(Finding(name, f"The {label} of {name} is unusable: {problem}.", "rebuilt"))
+        findings.append(Finding(name, f"The {label} of {name} is unusable: {problem}.", "rebuilt"))
     return findings
 
 
