@@ -36,7 +36,7 @@ from hermes_kb.agent.knowledgebase.service import KnowledgeBase, KnowledgebaseEr
 from hermes_kb.hermes_cli import config as kb_config_file
 from hermes_kb.tools.knowledgebase_tool import HANDLERS, SCHEMAS, TOOLSET, json_handler, tools_available
 from hermes_kb.tools.permissions import Permissions
-from hermes_kb.tools.registry import _argument_problem, error
+from hermes_kb.tools.registry import argument_problem, error
 
 log = logging.getLogger(__name__)
 
@@ -142,7 +142,7 @@ class KnowledgebasePlugin:
         def handler(args: dict, **context: Any) -> str:
             if not isinstance(args, dict):
                 return error(f"arguments for {name!r} must be a JSON object")
-            problem = _argument_problem(schema, args)
+            problem = argument_problem(schema, args)
             if problem:
                 return error(f"{name}: {problem}")
             try:

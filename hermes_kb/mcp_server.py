@@ -35,7 +35,7 @@ from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
 from hermes_kb.agent.knowledgebase.store import IndexStore
 from hermes_kb.tools.knowledgebase_tool import ANNOTATIONS, SCHEMAS, TOOL_ERRORS, run_tool
 from hermes_kb.tools.permissions import Permissions
-from hermes_kb.tools.registry import _argument_problem
+from hermes_kb.tools.registry import argument_problem
 
 log = logging.getLogger(__name__)
 
@@ -209,7 +209,7 @@ class KnowledgebaseMCP:
             hint = " (the server was started without --allow-clear)" if name == "kb_clear" else ""
             return _error(f"unknown tool {name!r}{hint}")
         arguments = arguments or {}
-        problem = _argument_problem(SCHEMAS[name], arguments)
+        problem = argument_problem(SCHEMAS[name], arguments)
         if problem:
             return _error(f"{name}: {problem}")
         try:

@@ -35,7 +35,7 @@ def error(message: str) -> str:
     return json.dumps({"error": message})
 
 
-def _argument_problem(schema: dict, args: dict) -> str | None:
+def argument_problem(schema: dict, args: dict) -> str | None:
     """The first way args break the schema: missing required, unknown key, or wrong type."""
     parameters = schema.get("parameters", {})
     properties = parameters.get("properties", {})
@@ -88,7 +88,7 @@ class ToolRegistry:
             return error(f"arguments for {name!r} are not valid JSON")
         if not isinstance(args, dict):
             return error(f"arguments for {name!r} must be a JSON object")
-        problem = _argument_problem(tool.schema, args)
+        problem = argument_problem(tool.schema, args)
         if problem:
             return error(f"{name}: {problem}")
         try:
