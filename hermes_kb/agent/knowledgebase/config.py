@@ -147,8 +147,12 @@ class KnowledgebaseConfig:
 
     def scan_rules(self, directory: DirectoryConfig) -> dict:
         """What decides a file's place in an index: the scanner's keyword arguments, in one place."""
-        return {"exclude": (*self.exclude, *directory.exclude), "max_file_bytes": self.max_file_bytes,
-                "allow_secrets": self.allow_secrets}
+        exclude, allow_secrets = self.ignore_args(directory)
+        return {"exclude": exclude, "max_file_bytes": self.max_file_bytes, "allow_secrets": allow_secrets}
+
+    def ignore_args(self, directory: DirectoryConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """(exclude, allow_secrets) for judging one path by the scan's rules (kb_read, the watcher)."""
+        return (*self.exclude, *directory.exclude), self.allow_secrets
 
     def ad_hoc(self, path: str) -> DirectoryConfig:
         """A directory the config does not list, indexed with the global settings."""

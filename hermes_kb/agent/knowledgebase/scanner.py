@@ -17,7 +17,6 @@ from typing import Callable, Sequence
 import pathspec
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
-from .config import DirectoryConfig, KnowledgebaseConfig
 from .file_access import read_inside
 
 log = logging.getLogger(__name__)
@@ -205,12 +204,6 @@ class ScanResult:
     rules: IgnoreRules
     files: list[ScannedFile] = field(default_factory=list)
     skipped: list[tuple[str, str]] = field(default_factory=list)
-
-
-def directory_rules(config: KnowledgebaseConfig, directory: DirectoryConfig) -> IgnoreRules:
-    """The rules a scan of this directory applies, for judging one path (kb_read, the watcher)."""
-    rules = config.scan_rules(directory)
-    return IgnoreRules(directory.path, rules["exclude"], rules["allow_secrets"])
 
 
 def scan(root: Path, exclude: tuple[str, ...] = (), max_file_bytes: int = 5_000_000,

@@ -29,7 +29,7 @@ from .indexer import (
 )
 from .keyword_cache import KeywordCache
 from .retriever import SearchError, SearchOptions, SearchResult, SearchSource, search
-from .scanner import directory_rules, scan
+from .scanner import IgnoreRules, scan
 from .store import (
     IndexBusy,
     IndexCorrupt,
@@ -386,8 +386,8 @@ class KnowledgeBase:
             if rel is None:
                 continue
             try:
-                window = readable.read_window(directory.path, rel, directory_rules(self.config, directory),
-                                              self.config.max_file_bytes, start_line, max_lines)
+                rules = IgnoreRules(directory.path, *self.config.ignore_args(directory))
+                window = readable.read_window(directory.path, rel, rules, self.config.max_file_bytes, start_line, max_lines)
             except readable.NotReadable as exc:
                 raise KnowledgebaseError(f"Cannot read {path}: {exc}.") from None
             if window is None:

@@ -52,7 +52,7 @@ from watchdog.observers.api import ObservedWatch
 
 from .config import DirectoryConfig
 from .indexer import IndexSummary
-from .scanner import IgnoreRules, directory_rules
+from .scanner import IgnoreRules
 from .service import USER_ERRORS, KnowledgeBase
 
 log = logging.getLogger(__name__)
@@ -156,7 +156,7 @@ class KnowledgebaseWatcher:
 
     def start(self) -> None:
         for directory in self.directories.values():
-            ignore = directory_rules(self.kb.config, directory)
+            ignore = IgnoreRules(directory.path, *self.kb.config.ignore_args(directory))
             handler = _DirectoryHandler(directory, ignore, self.kb.index_path(directory), self._mark, self._check_soon)
             self._folders[directory.name] = _Folder(directory, handler)
         self._observer.start()
