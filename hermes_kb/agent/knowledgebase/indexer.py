@@ -8,8 +8,10 @@ file; deletions go last so a renamed file can reuse its old vectors.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import time
+from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Protocol
 
@@ -27,7 +29,8 @@ from .store import FileRow, IndexStore, StoreError, index_files
 
 log = logging.getLogger(__name__)
 
-EMBED_BATCH_CHUNKS = 64  # chunks gathered across files per embedding pass and write burst
+EMBED_BATCH_CHUNKS = 64  # chunks gathered across files per embedding pass and write burst; also windows per embed call
+REPORTED_SKIPS = "reported_skips"  # meta key: skips already told to the user, not repeated while they stay the same
 SECRETS_VERSION = 1  # part of the chunking signature: a change re-chunks every file (vectors are reused)
 
 
@@ -43,15 +46,24 @@ def mismatch_message(name: str, indexed: ModelIdentity, configured: ModelIdentit
 
 
 class Progress(Protocol):
-    def start(self, directory: str, total_files: int) -> None: ...
-    def advance(self, files: int = 0, chunks: int = 0) -> None: ...
+    """What an index run reports, so a display can move with the work and estimate what is left.
+
+    `start` gives the files to read and their bytes. `advance` is called with keywords only:
+    `files` finished (written, unchanged or skipped); `chunked_bytes` of those files read and
+    chunked into `chunks_planned` chunks (so chunks still to come can be estimated from bytes
+    left); `chunks` that got their vectors (embedded, or reused), reported per embedding batch so a
+    single big file moves the display too.
+    """
+
+    def start(self, directory: str, total_files: int, total_bytes: int = 0) -> None: ...
+    def advance(self, files: int = 0, chunks: int = 0, chunked_bytes: int = 0, chunks_planned: int = 0) -> None: ...
     def note(self, text: str) -> None: ...
     def finish(self) -> None: ...
 
 
 class NullProgress:
-    def start(self, directory: str, total_files: int) -> None: pass
-    def advance(self, files: int = 0, chunks: int = 0) -> None: pass
+    def start(self, directory: str, total_files: int, total_bytes: int = 0) -> None: pass
+    def advance(self, files: int = 0, chunks: int = 0, chunked_bytes: int = 0, chunks_planned: int = 0) -> None: pass
     def note(self, text: str) -> None: log.info(text)
     def finish(self) -> None: pass
 
@@ -101,6 +113,7 @@ class _Run:
         self.embedder: Embedder | None = None
         self.summary = IndexSummary(directory.name, str(directory.path))
         self.pending: list[_Pending] = []
+        self.passing_skips: list[tuple[str, str]] = []  # skips not recorded in the files table: told once
 
     def _embedder(self) -> Embedder:
         if self.embedder is None:
@@ -130,10 +143,13 @@ class _Run:
             for chunk in item.chunks:
                 if chunk.content_hash not in known:
                     texts.setdefault(chunk.content_hash, chunk.embed_texts)
-        if texts:
-            flat = embedder.embed_documents([text for windows in texts.values() for text in windows])
-            ends = np.cumsum([len(windows) for windows in texts.values()])
-            known.update(zip(texts.keys(), np.split(flat, ends[:-1])))
+        uses = Counter(hashes)  # a chunk text repeated in the batch is embedded once and counts for each use
+        self.progress.advance(chunks=sum(n for digest, n in uses.items() if digest not in texts))
+        for batch in _batches(list(texts.items()), EMBED_BATCH_CHUNKS):
+            flat = embedder.embed_documents([text for _, windows in batch for text in windows])
+            ends = np.cumsum([len(windows) for _, windows in batch])
+            known.update(zip((digest for digest, _ in batch), np.split(flat, ends[:-1])))
+            self.progress.advance(chunks=sum(uses[digest] for digest, _ in batch))
         self.summary.chunks_embedded += len(texts)
         self.summary.chunks_reused += len(hashes) - len(texts)
         for item in self.pending:
@@ -144,7 +160,7 @@ class _Run:
                 self.summary.added += 1
             else:
                 self.summary.changed += 1
-            self.progress.advance(files=1, chunks=len(item.chunks))
+            self.progress.advance(files=1)
         self.pending = []
 
     def process(self, file: ScannedFile, row: FileRow | None, rechunk: bool) -> None:
@@ -154,14 +170,14 @@ class _Run:
             data = read_inside(str(self.directory.path), file.rel_path, self.config.max_file_bytes,
                                admit=lambda real_rel: not self.rules.excluded(real_rel))
         except OSError as exc:
-            self.summary.skipped.append((file.rel_path, f"unreadable ({exc.strerror})"))
-            self.progress.advance(files=1)
+            self.passing_skips.append((file.rel_path, f"unreadable ({exc.strerror})"))
+            self.progress.advance(files=1, chunked_bytes=file.size)
             return
         digest = content_hash(data)
         if row is not None and row.content_hash == digest and not rechunk:
             self.store.touch_file(row.id, file.size, file.mtime_ns)
             self.summary.unchanged += 1
-            self.progress.advance(files=1)
+            self.progress.advance(files=1, chunked_bytes=file.size)
             return
         try:
             document = load(data, file.kind)
@@ -174,9 +190,10 @@ class _Run:
         except LoadError as exc:
             # Recorded with its stat so an unchanged broken file is not retried every run.
             self.store.write_file(file.rel_path, file.size, file.mtime_ns, digest, file.kind, [], None, error=str(exc))
-            self.summary.skipped.append((file.rel_path, str(exc)))
-            self.progress.advance(files=1)
+            self.summary.skipped.append((file.rel_path, str(exc)))  # said once: unchanged, it is not read again
+            self.progress.advance(files=1, chunked_bytes=file.size)
             return
+        self.progress.advance(chunked_bytes=file.size, chunks_planned=len(chunks))
         self.pending.append(_Pending(file, digest, file.kind, chunks, row is None))
         if sum(len(p.chunks) for p in self.pending) >= EMBED_BATCH_CHUNKS:
             self.flush()
@@ -189,7 +206,7 @@ class _Run:
         if self.only is not None:
             scanned.files = [f for f in scanned.files if f.rel_path in self.only]
             scanned.skipped = [s for s in scanned.skipped if s[0] in self.only]
-        self.summary.skipped.extend(scanned.skipped)
+        self.passing_skips.extend(scanned.skipped)
         existing = self.store.files()
         if self.only is not None:
             existing = {path: row for path, row in existing.items() if path in self.only}
@@ -207,12 +224,10 @@ class _Run:
             row = existing.get(file.rel_path)
             if row is not None and not rechunk and row.size == file.size and row.mtime_ns == file.mtime_ns \
                     and file.rel_path not in unfinished:
-                self.summary.unchanged += 1
-                if row.error:
-                    self.summary.skipped.append((file.rel_path, row.error))
+                self.summary.unchanged += 1  # a file skipped when it changed is not reported again
             else:
                 todo.append((file, row))
-        self.progress.start(self.directory.name, len(todo))
+        self.progress.start(self.directory.name, len(todo), sum(file.size for file, _ in todo))
         try:
             for file, row in todo:
                 self.process(file, row, rechunk or file.rel_path in unfinished)
@@ -221,6 +236,7 @@ class _Run:
             self.summary.removed = self.store.delete_files([p for p in existing if p not in present])
             if unfinished and self.only is None and not self.store.files_without_vectors():
                 self.store.finish_reembed()
+            self.summary.skipped[:0] = self._not_yet_reported(self.passing_skips)
             self.store.set_meta(root=str(root), chunker=signature, updated_at=time.time())
             if self.summary.added + self.summary.changed + self.summary.removed > 100:
                 self.store.optimize_fts()
@@ -236,6 +252,34 @@ class _Run:
             self.progress.finish()
         self.summary.seconds = round(time.perf_counter() - started, 3)
         return self.summary
+
+
+    def _not_yet_reported(self, skips: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        """Skips the user has not been told about (or all of them with --full); remembered for the next run,
+        so a rescan or a watch sync does not repeat the same oversized file or broken link every time."""
+        try:
+            told = {tuple(item) for item in json.loads(self.store.meta(REPORTED_SKIPS) or "[]")}
+        except (ValueError, TypeError):
+            told = set()
+        if self.full:
+            told = set()
+        if self.only is None:  # a partial run sees only some skips: it must not forget the others
+            self.store.set_meta(**{REPORTED_SKIPS: json.dumps(sorted(set(skips)))})
+        return [skip for skip in skips if tuple(skip) not in told]
+
+
+def _batches(items: list, windows_per_batch: int) -> list[list]:
+    """(hash, windows) items cut into groups of about windows_per_batch windows: one embedding call each,
+    so progress moves while a big file is embedded."""
+    batches: list[list] = [[]]
+    size = 0
+    for item in items:
+        if size >= windows_per_batch:
+            batches.append([])
+            size = 0
+        batches[-1].append(item)
+        size += len(item[1])
+    return [batch for batch in batches if batch]
 
 
 def index_directory(directory: DirectoryConfig, config: KnowledgebaseConfig, store: IndexStore,
