@@ -57,7 +57,7 @@ def test_user_errors_are_one_sentence_and_non_zero(tmp_path):
     assert "not valid YAML" in hermes("kb", "status", home=home, check=False).stderr
     (home / "config.yaml").write_text("")
     missing = hermes("kb", "index", str(tmp_path / "nope"), home=home, check=False)
-    assert missing.returncode == 1 and "neither a configured knowledgebase directory nor an existing folder" in missing.stderr
+    assert missing.returncode == 1 and "neither the name of a knowledgebase directory nor an existing folder" in missing.stderr
     nothing = hermes("kb", "search", "anything", "--json", home=home, check=False)
     assert nothing.returncode == 1 and "error" in json.loads(nothing.stdout)
     usage = hermes("kb", "search", home=home, check=False)

@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Collection
 
 BACKENDS = ("local", "openai", "ollama")
 FUSIONS = ("weighted", "rrf")
@@ -154,18 +154,30 @@ class KnowledgebaseConfig:
         """(exclude, allow_secrets) for judging one path by the scan's rules (kb_read, the watcher)."""
         return (*self.exclude, *directory.exclude), self.allow_secrets
 
-    def ad_hoc(self, path: str) -> DirectoryConfig:
-        """A directory the config does not list, indexed with the global settings."""
+    def ad_hoc(self, path: str, taken: Collection[str] = ()) -> DirectoryConfig:
+        """A directory the config does not list, indexed with the global settings, named apart from `taken`."""
         if not path.strip():
             raise ConfigError("A folder path is needed, not an empty string.")
         root = resolve_path(path, "a folder path")
         if not root.is_dir():
-            raise ConfigError(f"{path} is neither a configured knowledgebase directory nor an existing folder.")
-        return DirectoryConfig(path=root, name=_default_name(root), chunking=self.chunking)
+            raise ConfigError(f"{path} is neither the name of a knowledgebase directory nor an existing folder.")
+        return DirectoryConfig(path=root, name=unique_name(root, taken), chunking=self.chunking)
 
 
 def _default_name(root: Path) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", root.name) or "root"
+
+
+def unique_name(root: Path, taken: Collection[str]) -> str:
+    """The folder's own name, else its parent's and its own ("b-docs"), else numbered ("docs-2").
+
+    A name is how a user (and a model) picks an index for --dir, status and clear, and how a union
+    search tells indexes apart, so two folders never share one.
+    """
+    base = _default_name(root)
+    parented = f"{_default_name(root.parent)}-{base}"
+    numbered = (f"{base}-{n}" for n in range(2, len(taken) + 3))
+    return next(name for name in (base, parented, *numbered) if name not in taken)
 
 
 # --- value checkers: each returns the clean value or raises ConfigError -------------

@@ -12,6 +12,7 @@ import logging
 import os
 import re
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Callable, Sequence
 
 import numpy as np
@@ -41,6 +42,11 @@ class SearchSource:
     vector_refusal: str | None = None
     vectors: VectorCache | None = None  # the store's vectors, memory-mapped, when the copy is current
     keywords: KeywordCache | None = None  # its terms' posting lists, likewise
+
+    @property
+    def key(self) -> Path:
+        """What tells indexes apart inside one search: their files, whatever names they go by."""
+        return self.store.path
 
     @property
     def vector_index(self) -> VectorCache | IndexStore:
@@ -157,7 +163,7 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
                 result.warnings.append(source.vector_refusal)
             elif source.store.has_vector_table():
                 vector_sources.append(source)
-    by_source: dict[str, dict[int, _Candidate]] = {source.name: {} for source in sources}
+    by_source: dict[str, dict[int, _Candidate]] = {source.key: {} for source in sources}
     deeper: dict[str, dict[int, float]] = {}
     # Embedding the query on a second thread while FTS5 runs was measured: on 2 cores the two
     # slow each other down as much as they overlap (hybrid p50 at 100k chunks 20.3 ms vs 19.4 ms).
@@ -171,19 +177,19 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
             match = fts_query(affordable_terms(source.store, terms, options.keyword_row_budget))
             keyword_scores = source.store.keyword(match, depth)
         for rank, (chunk_id, score) in enumerate(keyword_scores[:pool]):
-            by_source[source.name][chunk_id] = _Candidate(source, chunk_id, bm25=score, found_by=["keyword"],
+            by_source[source.key][chunk_id] = _Candidate(source, chunk_id, bm25=score, found_by=["keyword"],
                                                           keyword_rank=rank)
-        deeper[source.name] = dict(keyword_scores)
+        deeper[source.key] = dict(keyword_scores)
     vector = query_vector() if vector_sources else None
     for source in vector_sources:
-        by_id = by_source[source.name]
+        by_id = by_source[source.key]
         for rank, (chunk_id, cosine) in enumerate(source.vector_index.knn(vector, pool)):
             candidate = by_id.setdefault(chunk_id, _Candidate(source, chunk_id))
             candidate.cosine, candidate.vector_rank = cosine, rank
             candidate.found_by.insert(0, "vector")
         if options.mode == "hybrid":
             _complete_cosines(source, list(by_id.values()), vector)
-            keyword_scores = deeper.get(source.name, {})
+            keyword_scores = deeper.get(source.key, {})
             for candidate in by_id.values():
                 if candidate.bm25 is None and use_keyword:
                     candidate.bm25 = keyword_scores.get(candidate.chunk_id, 0.0)
@@ -204,7 +210,7 @@ def _fuse(candidates: list[_Candidate], options: SearchOptions) -> list[tuple[fl
     # has near-zero IDF everywhere), so raw scores only compare within one index.
     top_bm25: dict[str, float] = {}
     for candidate in candidates:
-        top_bm25[candidate.source.name] = max(top_bm25.get(candidate.source.name, 0.0), candidate.bm25 or 0.0)
+        top_bm25[candidate.source.key] = max(top_bm25.get(candidate.source.key, 0.0), candidate.bm25 or 0.0)
     alpha = {"vector": 1.0, "keyword": 0.0}.get(options.mode, options.alpha)
     scored = []
     for candidate in candidates:
@@ -214,7 +220,7 @@ def _fuse(candidates: list[_Candidate], options: SearchOptions) -> list[tuple[fl
             score = sum(1.0 / (options.rrf_k + 1 + r) for r in ranks) * (options.rrf_k + 1) / 2
         else:
             cosine = max(candidate.cosine or 0.0, 0.0)
-            score = alpha * cosine + (1.0 - alpha) * (candidate.bm25 or 0.0) / (top_bm25[candidate.source.name] or 1.0)
+            score = alpha * cosine + (1.0 - alpha) * (candidate.bm25 or 0.0) / (top_bm25[candidate.source.key] or 1.0)
         scored.append((score, candidate))
     scored.sort(key=lambda pair: pair[0], reverse=True)
     return scored
@@ -240,13 +246,13 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
     step = max(16, 2 * options.k)  # rows fetched at a time: most searches need only the first window
     for begin in range(0, len(scored), step):
         window = scored[begin:begin + step]
-        for source in {c.source.name: c.source for _, c in window}.values():
+        for source in {c.source.key: c.source for _, c in window}.values():
             ids = [c.chunk_id for _, c in window if c.source is source]
-            rows.update({(source.name, i): row for i, row in source.store.chunks(ids).items()})
+            rows.update({(source.key, i): row for i, row in source.store.chunks(ids).items()})
         for score, candidate in window:
             if score < options.min_score or len(kept) >= options.k:
                 break
-            row = rows.get((candidate.source.name, candidate.chunk_id))
+            row = rows.get((candidate.source.key, candidate.chunk_id))
             if row is None:
                 continue
             if options.kind and row.kind != options.kind:
@@ -256,7 +262,7 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
             freshness = _freshness(f"{candidate.source.root}/{row.path}", row)
             if freshness == "gone":
                 continue  # deleted since it was indexed: never a ghost result
-            taken = spans.setdefault((candidate.source.name, row.path), [])
+            taken = spans.setdefault((candidate.source.key, row.path), [])
             if any(s <= row.end_line and row.start_line <= e for s, e in taken):
                 continue  # an overlapping chunk of this file already ranks higher
             size = estimate_tokens(row.text) if options.max_tokens is not None else 0

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import embeddings, keyword_cache, readable, vector_cache
-from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, resolve_path
+from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, resolve_path, unique_name
 from .embeddings import EmbeddingError
 from .indexer import (
     IndexSummary,
@@ -126,16 +126,17 @@ class KnowledgeBase:
     def targets(self, target: str | None) -> list[DirectoryConfig]:
         """No target: every configured directory. Otherwise a name, a configured path, or any folder."""
         if target is None:
-            directories = [*self.config.directories, *self._ad_hoc_indexed()]
+            directories = self.known_directories()
             if not directories:
                 raise KnowledgebaseError("No knowledgebase directories are configured; add some under "
                                          "knowledgebase.directories in config.yaml or pass a folder.")
             return directories
-        directory = self.config.directory(target)
+        known = self.known_directories()
+        directory = self._named(target, known)
         if directory is not None:
             return [directory]
         try:
-            return [self.config.ad_hoc(target)]
+            return [self.config.ad_hoc(target, taken={d.name for d in known})]
         except ConfigError as exc:
             raise KnowledgebaseError(str(exc)) from None
 
@@ -144,14 +145,27 @@ class KnowledgeBase:
 
         This is the set a model's tool call may touch: unlike `targets`, it never makes up a new ad-hoc folder.
         """
-        directory = self.config.directory(target)
-        if directory is not None:
-            return directory
         try:
-            wanted = resolve_path(target, "a folder path")
+            return self._named(target, self.known_directories())
+        except KnowledgebaseError:
+            return None
+
+    def known_directories(self) -> list[DirectoryConfig]:
+        """Configured directories, then folders indexed by path; every name distinct."""
+        return [*self.config.directories, *self._ad_hoc_indexed()]
+
+    @staticmethod
+    def _named(target: str, known: list[DirectoryConfig]) -> DirectoryConfig | None:
+        """The known directory `target` names, by name first (as config.yaml's names always were: write
+        ./docs for a folder that shares a name), then by path."""
+        by_name = next((d for d in known if d.name == target), None)
+        if by_name is not None or not target.strip():
+            return by_name
+        try:
+            path = resolve_path(target, "a folder path")
         except ConfigError:
             return None  # not a path at all (a NUL byte, ...), so no folder anyone indexed
-        return next((d for d in self._ad_hoc_indexed() if d.name == target or d.path == wanted), None)
+        return next((d for d in known if d.path == path), None)
 
     def _ad_hoc_indexed(self) -> list[DirectoryConfig]:
         """Folders indexed by path (not listed in config.yaml) still exist for search and status."""
@@ -166,6 +180,8 @@ class KnowledgeBase:
     def _unlisted_indexes(self) -> list[tuple[DirectoryConfig | None, Orphan | None]]:
         folder = self.hermes_home / "knowledgebase" / "indexes"
         configured = {self.index_path(d) for d in self.config.directories}
+        configured_roots = {d.path: d.name for d in self.config.directories}
+        taken = {d.name for d in self.config.directories}
         found: list[tuple[DirectoryConfig | None, Orphan | None]] = []
         for path in sorted(folder.glob("*.sqlite")) if folder.is_dir() else ():
             if path in configured:
@@ -176,14 +192,22 @@ class KnowledgeBase:
             except StoreError as exc:
                 found.append((None, Orphan(path, None, f"unreadable: {exc}")))
                 continue
+            # The file is named NAME-DIGEST.sqlite: the name chosen at its first run, the digest its folder's path.
+            name, _, digest = path.stem.rpartition("-")
             if not root:
                 found.append((None, Orphan(path, None, "its first index run did not finish")))
             elif not Path(root).is_dir():
                 found.append((None, Orphan(path, root, f"its folder {root} is gone (renamed or deleted)")))
-            elif self.index_path(directory := self.config.ad_hoc(root)) == path:
-                found.append((directory, None))
+            elif Path(root) in configured_roots:
+                found.append((None, Orphan(path, root, f"its folder is configured as {configured_roots[Path(root)]} "
+                                                       f"now, which has an index of its own")))
+            elif not name or DirectoryConfig(Path(root), name).resolved_index_path(self.hermes_home) != path:
+                found.append((None, Orphan(path, root, "it no longer matches its folder's path")))
             else:
-                found.append((None, Orphan(path, root, "it no longer matches its folder's name")))
+                directory = DirectoryConfig(path=Path(root), name=name if name not in taken else unique_name(Path(root), taken),
+                                            index_path=path, chunking=self.config.chunking)
+                taken.add(directory.name)
+                found.append((directory, None))
         return found
 
     def index_path(self, directory: DirectoryConfig) -> Path:
