@@ -6,21 +6,28 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import shlex
 import sys
+import textwrap
 import time
+from pathlib import Path
 from typing import Callable
 
+from rich import box
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
 from rich.table import Table
 from rich.text import Text
 
 from hermes_kb.agent.knowledgebase.retriever import MODES
+from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
+from hermes_kb.agent.knowledgebase.store import IndexBusy, writer_lock
 
 from .kb_mcp import run_mcp
-from .terminal import printable, safe
+from .terminal import printable, safe, short_path
 
 VERBS = ("index", "search", "status", "clear", "doctor", "eval")
 
@@ -29,9 +36,16 @@ class UsageError(Exception):
     """Bad arguments to a kb verb; argparse would otherwise exit the whole REPL."""
 
 
+class HelpRequested(Exception):
+    """-h/--help: the help text, printed once on stdout by run_kb, which then returns 0."""
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):
         raise UsageError(f"{message}\n{self.format_usage().strip()}")
+
+    def print_help(self, file=None):
+        raise HelpRequested(self.format_help())
 
     def exit(self, status: int = 0, message: str | None = None):
         raise UsageError((message or "").strip() or self.format_help())
@@ -49,7 +63,7 @@ def build_parser(prog: str = "hermes kb") -> argparse.ArgumentParser:
     search.add_argument("--dir", dest="directory", help="only this directory (name or path)")
     search.add_argument("--mode", choices=MODES, default="hybrid")
     search.add_argument("--path", dest="path_glob", help="only files matching this glob, e.g. 'docs/*.md'")
-    search.add_argument("--kind", help="only this file kind, e.g. markdown, python, pdf")
+    search.add_argument("--kind", help=f"only this file kind: {', '.join(FILE_KINDS)}")
     status = verbs.add_parser("status", help="what is indexed, how big, and how stale")
     status.add_argument("target", nargs="?")
     clear = verbs.add_parser("clear", help="delete an index (the files themselves are untouched)")
@@ -275,6 +289,8 @@ def _index(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
 
 def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     query = " ".join(args.query)
+    if args.kind is not None and args.kind not in FILE_KINDS:
+        raise KnowledgebaseError(f"Unknown kind {args.kind!r}; the kinds are {', '.join(FILE_KINDS)}.")
     result = kb.search(query, k=args.k, directory=args.directory, mode=args.mode,
                        path_glob=args.path_glob, kind=args.kind)
     if args.json:
@@ -285,13 +301,35 @@ def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     if not result.hits:
         out.print("No results.")
     for n, hit in enumerate(result.hits, 1):
-        page = f" page {hit.page}" if hit.page else ""
+        where = f" page {hit.page}" if hit.page else f":{hit.start_line}-{hit.end_line}"
         heading = f" — {safe(hit.heading)}" if hit.heading else ""
-        out.print(f"[bold cyan][S{n}][/] {safe(hit.directory)}:{safe(hit.path)}:{hit.start_line}-{hit.end_line}{page}"
-                  f"  [dim](score {hit.score:.3f}, {'+'.join(hit.found_by)})[/]{heading}")
-        snippet = " ".join(hit.text.split())
-        out.print("    " + safe(snippet[:300] + ("…" if len(snippet) > 300 else "")))
+        out.print(f"[bold cyan][S{n}][/] {safe(hit.directory)}:{safe(hit.path)}{where}"
+                  f"  [dim](score {hit.score:.3f}, {'+'.join(hit.found_by)})[/]{heading}", highlight=False)
+        for line in snippet_lines(hit.text, hit.kind):
+            out.print("    " + safe(line), highlight=False, soft_wrap=True)
     return 0
+
+
+PROSE_KINDS = frozenset({"markdown", "text", "rst", "html", "pdf", "docx"})  # the rest is code or data
+SNIPPET_LINES = 6
+SNIPPET_LINE_CHARS = 100
+SNIPPET_PROSE_CHARS = 300
+_STRUCTURED_LINE = re.compile(r"\s*([-*+•]\s|\d+[.)]\s|```|\||>\s)")
+
+
+def snippet_lines(text: str, kind: str) -> list[str]:
+    """What a hit shows: code and lists keep their lines (the first few, indentation kept, each cut to a
+    readable width), since flattened code cannot be read; prose paragraphs are one flat line."""
+    lines = textwrap.dedent(text.expandtabs(4)).strip("\n").splitlines()
+    structured = kind not in PROSE_KINDS or sum(1 for line in lines if _STRUCTURED_LINE.match(line)) >= 2
+    if not structured:
+        flat = " ".join(text.split())
+        return [flat[:SNIPPET_PROSE_CHARS] + ("…" if len(flat) > SNIPPET_PROSE_CHARS else "")]
+    kept = [line.rstrip() for line in lines if line.strip()][:SNIPPET_LINES]
+    shown = [line if len(line) <= SNIPPET_LINE_CHARS else line[:SNIPPET_LINE_CHARS - 1] + "…" for line in kept]
+    if len([line for line in lines if line.strip()]) > SNIPPET_LINES:
+        shown.append("…")
+    return shown
 
 
 def _human_size(size: int) -> str:
@@ -302,26 +340,89 @@ def _human_size(size: int) -> str:
     return str(size)
 
 
+def _being_indexed(index_path: str) -> bool:
+    """Whether another process holds this index's writer lock right now (probed without waiting)."""
+    if not Path(index_path).exists():
+        return False
+    try:
+        with writer_lock(Path(index_path), wait=False):
+            return False
+    except IndexBusy:
+        return True
+
+
+def _state(row: dict) -> str:
+    """One word or two for the status table: indexing, never, ok, 3 changed, or what is wrong."""
+    if _being_indexed(row["index_path"]):
+        return "indexing"
+    if row["health"] != "ok":
+        return row["health"]
+    if "files" not in row or not row.get("last_indexed"):
+        return "never"
+    changed = row.get("changed_on_disk")
+    return f"{changed} changed" if changed else "ok"
+
+
+def _age(last_indexed: str | None) -> str:
+    """'5 min ago' from the status row's local timestamp: short enough for 80 columns."""
+    if not last_indexed:
+        return "-"
+    seconds = max(0.0, time.time() - time.mktime(time.strptime(last_indexed, "%Y-%m-%d %H:%M:%S")))
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{int(seconds // size)} {unit} ago"
+    return "just now"
+
+
+STATUS_COLUMNS = ("name", "files", "chunks", "size", "indexed", "state", "root")
+
+
+def _status_cells(row: dict) -> list[str]:
+    """Every cell but the root, which gets the width that is left."""
+    if "files" not in row:  # never indexed, being built, or an index that cannot be read (said below the table)
+        return [printable(row["name"]), "-", "-", "-", "-", row["state"]]
+    indexed = row["files"] - row.get("files_with_errors", 0)
+    return [printable(row["name"]), str(indexed), str(row["chunks"]), _human_size(row["size_bytes"]),
+            _age(row.get("last_indexed")), row["state"]]
+
+
+def _status_table(rows: list[dict], width: int) -> Table:
+    """Name, counts, state and root in the console's width: the root shortened in the middle, never cut."""
+    cells = [[short_path(c, 24) if i == 0 else c for i, c in enumerate(_status_cells(row))] for row in rows]
+    widths = [max([len(column), *(len(line[i]) for line in cells)]) for i, column in enumerate(STATUS_COLUMNS[:-1])]
+    root_width = max(12, width - sum(widths) - 2 * len(STATUS_COLUMNS) + 1)
+    table = Table(title="Knowledgebase", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in STATUS_COLUMNS:
+        table.add_column(column, no_wrap=True, justify="right" if column in ("files", "chunks", "size") else "left")
+    for row, line in zip(rows, cells):
+        table.add_row(*map(escape, line), escape(short_path(printable(row["root"] or "-"), root_width)))
+    return table
+
+
 def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     rows = kb.status(args.target)
+    for row in rows:
+        row["state"] = _state(row)
     if args.json:
         _emit_json(out, rows)
         return 0
-    table = Table(title="Knowledgebase", title_justify="left")
-    for column in ("name", "files", "chunks", "last indexed", "size", "changed on disk", "model", "root"):
-        table.add_column(column)
-    for row in rows:
-        if "files" not in row:  # never indexed, or an index that cannot be read (said below the table)
-            state = "never" if not row["indexed"] else row["health"]
-            table.add_row(safe(row["name"]), "-", "-", state, "-", "-", "-", safe(row["root"] or "?"))
-            continue
-        table.add_row(safe(row["name"]), str(row["files"]), str(row["chunks"]), row["last_indexed"] or "never",
-                      _human_size(row["size_bytes"]), str(row["changed_on_disk"]),
-                      safe((row["model"] or "-").rsplit("/", 1)[-1]), safe(row["root"]))
+    table = _status_table(rows, out.width)
     out.print(table)
+    models = {row["model"] for row in rows if row.get("model")}
+    if len(models) == 1:
+        out.print(f"model: {safe(models.pop())}")
+    elif models:
+        out.print("models: " + "; ".join(f"{safe(r['name'])}: {safe(r['model'])}" for r in rows if r.get("model")))
     if rows:
         out.print(f"SQLite driver: {safe(rows[0]['driver'])}")
     for row in rows:
+        if row.get("files_with_errors"):
+            count = row["files_with_errors"]
+            out.print(f"note: {count} file{'s' if count > 1 else ''} of {safe(row['name'])} could not be indexed "
+                      f"(binary or unreadable); `hermes kb index {safe(row['name'])} --full` lists "
+                      f"{'them' if count > 1 else 'it'}.")
+        if row.get("problem") and row["state"] == "indexing":
+            continue  # not an orphan: its first run is under way
         if row.get("problem"):
             out.print(f"[yellow]warning:[/] {safe(row['problem'])}")
         if row.get("vector_search", "ok") != "ok":
@@ -359,7 +460,12 @@ def _doctor(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
 
 def _clear(kb: KnowledgeBase, args, out: Console, err: Console, confirm: Callable[[str], bool]) -> int:
     names = [name for name, _ in kb.clear_targets(args.target)]
-    if not args.yes and not confirm(f"Delete the index of {printable(', '.join(names))}? Your files are not touched. [y/N] "):
+    try:
+        confirmed = args.yes or confirm(f"Delete the index of {printable(', '.join(names))}? Your files are not touched. [y/N] ")
+    except NoTerminal:
+        raise KnowledgebaseError(f"Not clearing {', '.join(names)} without confirmation: stdin is not a terminal; "
+                                 f"add --yes.") from None
+    if not confirmed:
         out.print("Nothing cleared.")
         return 1
     cleared = kb.clear(args.target)
@@ -453,24 +559,61 @@ def _eval(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     return 0
 
 
-def ask_terminal(prompt: str) -> bool:
-    """Yes only from a person typing y at a terminal; piped input never confirms anything."""
+class NoTerminal(Exception):
+    """There is no one to ask: stdin is not a terminal."""
+
+
+def confirm_at_terminal(prompt: str) -> bool:
+    """Yes only from a person typing y at a terminal; with no terminal, NoTerminal, so the caller can say
+    what to add (--yes) instead of a bare no."""
     if not sys.stdin.isatty():
-        return False
+        raise NoTerminal()
     try:
         return input(printable(prompt)).strip().lower() in ("y", "yes")
     except EOFError:
         return False
 
 
+def ask_terminal(prompt: str) -> bool:
+    """Yes only from a person typing y at a terminal; piped input never confirms anything."""
+    try:
+        return confirm_at_terminal(prompt)
+    except NoTerminal:
+        return False
+
+
+def _with_dash_hint(message: str, argv: list[str], parser: argparse.ArgumentParser, prog: str) -> str:
+    """A search for text starting with '-' reads as an unknown option: say how to search for it."""
+    if not argv or argv[0] != "search" or "--" in argv:
+        return message
+    search = parser._subparsers._group_actions[0].choices["search"]  # argparse keeps no public handle on it
+    options, words, tokens = [], [], iter(argv[1:])
+    for token in tokens:
+        action = search._option_string_actions.get(token.split("=", 1)[0])
+        if action is None:
+            words.append(token)
+            continue
+        options.append(token)
+        if action.nargs is None and "=" not in token:  # the option's value follows it
+            options.extend(value for value in [next(tokens, None)] if value is not None)
+    if not any(word.startswith("-") for word in words):
+        return message
+    first, _, usage = message.partition("\n")
+    suggestion = " ".join([prog, "search", *map(shlex.quote, options), "--", *map(shlex.quote, words)])
+    return f"{first}; to search for text starting with '-', put -- before it: {suggestion}\n{usage}"
+
+
 def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
-           confirm: Callable[[str], bool] = ask_terminal, prog: str = "hermes kb", foreground: bool = True) -> int:
+           confirm: Callable[[str], bool] = confirm_at_terminal, prog: str = "hermes kb", foreground: bool = True) -> int:
     """Parse and run one kb verb; every user error becomes one sentence and exit code 1 (2 for usage)."""
     parser = build_parser(prog)
     try:
         args = parser.parse_args(argv)
+    except HelpRequested as shown:
+        out.print(safe(str(shown)), highlight=False)
+        return 0
     except UsageError as exc:
-        err.print(safe(str(exc)))
+        err.print(safe(_with_dash_hint(str(exc), argv, parser, prog)))
         return 2
     if args.verb is None:
         out.print(safe(parser.format_help()))
@@ -492,7 +635,7 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
 
 
 def run_slash_kb(line: str, kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
-                 confirm: Callable[[str], bool] = ask_terminal) -> int:
+                 confirm: Callable[[str], bool] = confirm_at_terminal) -> int:
     """`/kb index docs` in the chat runs exactly what `hermes kb index docs` runs."""
     try:
         argv = shlex.split(line)

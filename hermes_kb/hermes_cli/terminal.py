@@ -8,6 +8,7 @@ already escapes them exactly.
 
 from __future__ import annotations
 
+import os
 import re
 
 from rich.markup import escape
@@ -24,3 +25,23 @@ def printable(text: str) -> str:
 def safe(text: object) -> str:
     """For rich: control characters escaped, then markup escaped."""
     return escape(printable(str(text)))
+
+
+def short_path(path: str, width: int, home: str | None = None) -> str:
+    """A path cut to width the way people read one: ~ for the home folder, then the start and the
+    end kept (the folder's own name matters most) with … in the middle."""
+    home = os.path.expanduser("~") if home is None else home
+    if home not in ("", "/") and (path == home or path.startswith(home.rstrip("/") + "/")):
+        path = "~" + path[len(home.rstrip("/")):]
+    if len(path) <= width:
+        return path
+    parts = path.split("/")
+    first = parts[:2] if parts[0] == "" else parts[:1]  # "/srv" or "~" or "docs"
+    rest = parts[len(first):]
+    for keep in range(len(rest) - 1, 0, -1):  # as much of the end as fits
+        candidate = "/".join([*first, "…", *rest[-keep:]])
+        if len(candidate) <= width:
+            return candidate
+    if rest and len(rest[-1]) + 2 <= width:
+        return "…/" + rest[-1]
+    return "…" + path[-(width - 1):] if width > 1 else "…"

@@ -53,6 +53,8 @@ KINDS = {
     ".html": "html", ".htm": "html",
     ".pdf": "pdf", ".docx": "docx",
 }
+# Every kind a file can be given (unknown extensions are "text"): what `--kind` may filter on.
+FILE_KINDS = tuple(sorted({*KINDS.values(), "text"}))
 
 
 @dataclass(frozen=True)
