@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from .config import ChunkingConfig
 from .loaders import Document
 
-CHUNKER_VERSION = 3
+CHUNKER_VERSION = 5  # 5: PDFs cut at pages and outline sections
 VECTOR_WINDOW = 128  # estimated pieces per embedded window
 WINDOW_OVERLAP = 20
 MAX_WINDOWS = 32  # per chunk; a longer chunk (a large chunk_size) gets proportionally longer windows
@@ -298,6 +298,46 @@ def _merge_small(segments: list[_Segment], splitter: _Splitter, limit: int, size
     return merged
 
 
+def _pdf_segments(document: Document) -> list[_Segment]:
+    """A segment per page, cut again where an outline section begins: a chunk then never spans a
+    page break (the page it cites is the page its text is on, even right after a break) nor two
+    sections (its heading is the outline path that contains it)."""
+    offsets = [offset for offset, _ in document.headings]
+    bounds = sorted({0, len(document.text), *document.page_starts, *offsets})
+    segments = []
+    for start, end in zip(bounds, bounds[1:]):
+        index = bisect_right(offsets, start) - 1
+        segments.append(_Segment(start, end, document.headings[index][1] if index >= 0 else ""))
+    return segments
+
+
+def _merge_tiny_pages(segments: list[_Segment], splitter: _Splitter, limit: int, size: int) -> list[_Segment]:
+    """A page with next to no text (a title page, a figure's caption) joins the next page of the same
+    section; a short section stays alone, under its own heading."""
+    merged: list[_Segment] = []
+    for segment in segments:
+        previous = merged[-1] if merged else None
+        if previous and previous.heading == segment.heading and splitter.tokens(previous.start, previous.end) < limit \
+                and splitter.tokens(previous.start, segment.end) <= size:
+            merged[-1] = _Segment(previous.start, segment.end, segment.heading)
+        else:
+            merged.append(segment)
+    return merged
+
+
+def _page_of(page_starts: tuple[int, ...], start: int, end: int) -> int | None:
+    """The 1-based page holding most of [start, end): a chunk that spans a break (a tiny page joined
+    to the next) is cited where its text mostly is, not where its first characters are."""
+    if not page_starts:
+        return None
+
+    def share(page: int) -> int:
+        page_end = page_starts[page] if page < len(page_starts) else end
+        return min(end, page_end) - max(start, page_starts[page - 1])
+
+    return max(range(bisect_right(page_starts, start), bisect_right(page_starts, end - 1) + 1), key=share)
+
+
 def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -> list[Chunk]:
     """The one entry point: dispatch on kind, pack, then attach lines, pages and headings."""
     text = document.text
@@ -308,6 +348,9 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
     if document.kind in _CODE_BOUNDARIES:
         base = _Splitter(text, protected)
         segments = _merge_small(_code_segments(text, document.kind), base, size, size)
+    elif document.kind == "pdf":
+        base = _Splitter(text, protected)
+        segments = _merge_tiny_pages(_pdf_segments(document), base, max(8, size // 8), size)
     elif document.kind == "markdown":
         segments, protected = _markdown_segments(text)
         base = _Splitter(text, protected)
@@ -330,7 +373,7 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
             heading = segment.heading
             if document.kind in _CODE_BOUNDARIES:
                 heading = _code_context(file_name, segment, start, methods)
-            page = bisect_right(document.page_starts, start) if document.page_starts else None
+            page = _page_of(document.page_starts, start, end)
             chunks.append(Chunk(
                 text=text[start:end], start_char=start, end_char=end,
                 start_line=bisect_right(line_starts, start), end_line=bisect_right(line_starts, end - 1),

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import base64
 import logging
+import re
 import zipfile
 import zlib
+from collections import Counter
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from io import BytesIO
@@ -27,6 +29,9 @@ class Document:
     text: str
     kind: str
     page_starts: tuple[int, ...] = ()  # character offset where page i+1 begins (PDF only)
+    # (offset where an outline entry's section begins, its path "2 Setup > 2.1 Needs"), ascending:
+    # a PDF's table of contents, which its text alone no longer shows as headings (PDF only)
+    headings: tuple[tuple[int, str], ...] = ()
 
 
 # Longest first: the UTF-32-LE mark begins with the UTF-16-LE one.
@@ -44,18 +49,68 @@ def bom_encoding(data: bytes) -> tuple[str, int] | None:
 
 
 def decode_text(data: bytes) -> str:
-    """Text files: decoded by their BOM (UTF-8, -16, -32) or as UTF-8; binaries rejected (a NUL in
-    the first 8 KB of text); never fails on a stray undecodable byte."""
+    """Text files: decoded by their BOM (UTF-8, -16, -32), else as UTF-8, else in the encoding
+    charset-normalizer finds (a Latin-1 "café" must not come out as "caf\ufffd"); binaries rejected
+    (a NUL in the first 8 KB of text); never fails on a stray undecodable byte."""
     codec, skip = bom_encoding(data) or ("utf-8", 0)
     if codec == "utf-8":
         if b"\x00" in data[:BINARY_PROBE]:
             raise LoadError("binary file")
-        text = data[skip:].decode("utf-8", errors="replace")
+        text = data[skip:].decode("utf-8", errors="replace") if skip else _decode_unmarked(data)
     else:
         text = data[skip:].decode(codec, errors="replace")
         if "\x00" in text[:BINARY_PROBE]:  # a binary that happens to start with FF FE
             raise LoadError("binary file")
     return text.replace("\r\n", "\n").replace("\r", "\n")
+
+
+# charset-normalizer reads a sample around the first byte that is not UTF-8, not the whole file: its
+# cost grows with every code page it tries, and the bytes before that point are plain ASCII or UTF-8.
+DETECTION_SAMPLE_BYTES = 64 * 1024
+# Its candidates for short Western text score within a hair of each other (a French cp1252 letter came
+# out as cp1257, "très" as "trčs"); cp1252, the superset of Latin-1 that Windows writes, is by far the
+# most common of them, so it wins whenever it scores within this much of the detector's favourite.
+CP1252_CHAOS_MARGIN = 0.1
+
+
+def _decode_unmarked(data: bytes) -> str:
+    """Bytes without a BOM: UTF-8 when they are (the fast path), else the detected encoding."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        first_bad = exc.start
+    sample = _sample_around(data, first_bad)
+    if _mostly_utf8(sample):
+        return data.decode("utf-8", errors="replace")  # UTF-8 with a stray byte, not another encoding
+    return data.decode(_detected_encoding(sample) or "utf-8", errors="replace")
+
+
+def _sample_around(data: bytes, position: int) -> bytes:
+    """Up to DETECTION_SAMPLE_BYTES from the line holding position on (from the start when it fits)."""
+    begin = 0 if position < DETECTION_SAMPLE_BYTES // 2 else data.rfind(b"\n", 0, position) + 1
+    return data[begin:begin + DETECTION_SAMPLE_BYTES]
+
+
+def _mostly_utf8(sample: bytes) -> bool:
+    """More well-formed UTF-8 characters than broken sequences: a UTF-8 file with a damaged byte, which
+    a single-byte code page would turn into mojibake throughout ("MÃ¼nchen")."""
+    text = sample.decode("utf-8", errors="replace")
+    broken = text.count("\ufffd")
+    non_ascii = len(text) - len(text.encode("ascii", errors="ignore"))
+    return non_ascii - broken > broken
+
+
+def _detected_encoding(sample: bytes) -> str | None:
+    from charset_normalizer import from_bytes  # only files that are not UTF-8 pay for it
+
+    matches = from_bytes(sample)
+    best = matches.best()
+    if best is None:
+        return None
+    if any("cp1252" in match.could_be_from_charset and match.chaos <= best.chaos + CP1252_CHAOS_MARGIN
+           for match in matches):
+        return "cp1252"
+    return best.encoding
 
 
 def _plain(data: bytes, kind: str) -> Document:
@@ -166,6 +221,186 @@ def _outer_decoded(raw: bytes, filters: str) -> bytes:
     return raw
 
 
+@dataclass(frozen=True)
+class _Block:
+    """A text block of a PDF page and where it sits, in points from the page's top."""
+    top: float
+    bottom: float
+    lines: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class _Page:
+    height: float
+    blocks: list[_Block]
+
+
+@dataclass(frozen=True)
+class _PlacedLine:
+    """A line of the assembled text, with its block's place on the page: outline entries are found by it."""
+    offset: int
+    top: float
+    bottom: float
+    text: str
+
+
+@dataclass(frozen=True)
+class _OutlineEntry:
+    level: int
+    title: str
+    page: int  # 0-based
+    top: float | None  # where its destination points, in points from the page's top, when it says
+
+
+# Running headers and footers: a line in the top or bottom band of the page that comes back, numbers
+# aside, at the same height on other pages. Repeated text in a hit says nothing about it and dilutes
+# both scores. Two pages suffice (a two-page chapter's header); documents of 1-2 pages keep them.
+RUNNING_BAND = 0.12  # of the page height, at the top and at the bottom
+RUNNING_MIN_PAGES = 2
+RUNNING_MIN_DOCUMENT_PAGES = 3
+RUNNING_HEIGHT_SLACK = 2  # points a header may move between pages and still count as the same
+TITLE_NUMBER_SLACK = 12  # characters of section number a heading line may show before its outline title
+_DIGITS = re.compile(r"\d+")
+_ROMAN = re.compile(r"[ivxlcdm]+")
+
+
+def _page_blocks(page) -> list[_Block]:
+    """The page's text blocks in pymupdf's reading order (the order get_text() gives), images left out."""
+    blocks = []
+    for _x0, top, _x1, bottom, text, _number, block_type in page.get_text("blocks"):
+        lines = tuple(line.rstrip() for line in text.replace("\r\n", "\n").strip("\n").split("\n"))
+        if block_type == 0 and any(lines):
+            blocks.append(_Block(top, bottom, lines))
+    return blocks
+
+
+def _read_pages(pdf) -> list[_Page]:
+    pages, chars = [], 0
+    for page in pdf:
+        blocks = _page_blocks(page)
+        chars += sum(len(line) + 1 for block in blocks for line in block.lines)
+        if chars > MAX_PDF_TEXT_CHARS:
+            raise LoadError(f"its text runs past {MAX_PDF_TEXT_CHARS} characters, the limit for one PDF")
+        pages.append(_Page(page.rect.height, blocks))
+    return pages
+
+
+def _running_key(line: str, edge: str, top: float) -> tuple[str, str, int] | None:
+    """The same for "Page 3" and "Page 4" (and "iii", "iv") at the same place; None for a blank line."""
+    text = " ".join(_DIGITS.sub("#", line).casefold().split())
+    if not text:
+        return None
+    return edge, "#" if _ROMAN.fullmatch(text) else text, round(top)
+
+
+def _edge_keys(block: _Block, height: float) -> list[tuple[str, str, int] | None]:
+    """Each line's running key when the whole block lies in the top or bottom band; [] otherwise."""
+    if block.bottom <= height * RUNNING_BAND:
+        edge = "top"
+    elif block.top >= height * (1 - RUNNING_BAND):
+        edge = "bottom"
+    else:
+        return []
+    return [_running_key(line, edge, block.top) for line in block.lines]
+
+
+def _running_lines(pages: list[_Page]) -> set[tuple[str, str, int]]:
+    """Keys of the lines that run through the document as headers or footers."""
+    if len(pages) < RUNNING_MIN_DOCUMENT_PAGES:
+        return set()
+    pages_with: Counter[tuple[str, str, int]] = Counter()
+    for page in pages:
+        pages_with.update({key for block in page.blocks for key in _edge_keys(block, page.height) if key})
+
+    def pages_near(key: tuple[str, str, int]) -> int:
+        edge, text, top = key
+        slack = range(-RUNNING_HEIGHT_SLACK, RUNNING_HEIGHT_SLACK + 1)
+        return sum(pages_with.get((edge, text, top + step), 0) for step in slack)
+
+    return {key for key in pages_with if pages_near(key) >= RUNNING_MIN_PAGES}
+
+
+def _kept_lines(block: _Block, height: float, running: set) -> list[str]:
+    keys = _edge_keys(block, height) or [None] * len(block.lines)
+    return [line for line, key in zip(block.lines, keys) if key is None or key not in running]
+
+
+def _assemble(pages: list[_Page], running: set, placed_pages: set[int]
+              ) -> tuple[str, tuple[int, ...], dict[int, list[_PlacedLine]]]:
+    """(text, page starts, the placed lines of placed_pages). A blank line between blocks lets the
+    chunker cut at paragraphs; every page ends with one, so no page is empty of characters."""
+    parts: list[str] = []
+    starts: list[int] = []
+    placed: dict[int, list[_PlacedLine]] = {}
+    offset = 0
+    for number, page in enumerate(pages):
+        starts.append(offset)
+        kept = [_kept_lines(block, page.height, running) for block in page.blocks]
+        if not any(kept):  # a header runs above a page's text: a page holding nothing else keeps it
+            kept = [list(block.lines) for block in page.blocks]
+        for block, lines in zip(page.blocks, kept):
+            if not lines:
+                continue
+            if number in placed_pages:
+                line_offset = offset
+                for line in lines:
+                    placed.setdefault(number, []).append(_PlacedLine(line_offset, block.top, block.bottom, line))
+                    line_offset += len(line) + 1
+            parts.append("\n".join(lines) + "\n\n")
+            offset += len(parts[-1])
+        if offset == starts[-1]:
+            parts.append("\n\n")
+            offset += 2
+    return "".join(parts), tuple(starts), placed
+
+
+def _outline(pdf, pages: list[_Page]) -> list[_OutlineEntry]:
+    """The table of contents (bookmarks), entries pointing nowhere in the file left out."""
+    entries = []
+    for item in pdf.get_toc(simple=False):
+        level, title, number = item[0], " ".join(str(item[1]).split()), item[2]
+        if not title or not 1 <= number <= len(pages):
+            continue
+        point = item[3].get("to") if len(item) > 3 and isinstance(item[3], dict) else None
+        # The destination is in PDF coordinates, measured up from the page's bottom.
+        top = pages[number - 1].height - point.y if point is not None else None
+        entries.append(_OutlineEntry(level, title, number - 1, top))
+    return entries
+
+
+def _shows_title(line: str, title: str) -> bool:
+    """"2.1 Requirements" shows the outline title "Requirements" (a section number may precede it)."""
+    line, title = " ".join(line.casefold().split()), title.casefold()
+    prefix = line.removesuffix(title)
+    return line.endswith(title) and (not prefix or (len(prefix) <= TITLE_NUMBER_SLACK and any(c.isdigit() for c in prefix)))
+
+
+def _entry_offset(entry: _OutlineEntry, lines: list[_PlacedLine], page_start: int) -> int:
+    """Where an entry's section begins: the line showing its title, else the first line at its
+    destination, else the start of its page."""
+    for line in lines:
+        if _shows_title(line.text, entry.title):
+            return line.offset
+    if entry.top is not None:
+        below = [line for line in lines if line.bottom >= entry.top - RUNNING_HEIGHT_SLACK]
+        if below:
+            return min(below, key=lambda line: (line.top, line.offset)).offset
+    return page_start
+
+
+def _outline_headings(entries: list[_OutlineEntry], placed: dict[int, list[_PlacedLine]],
+                      starts: tuple[int, ...]) -> tuple[tuple[int, str], ...]:
+    """(offset, "2 Installation > 2.1 Requirements") per entry, ascending by offset; an entry found at
+    the same place as the one before it (both at the top of the page) comes after it, so it wins."""
+    path: list[tuple[int, str]] = []
+    headings = []
+    for entry in entries:
+        path = [(level, title) for level, title in path if level < entry.level] + [(entry.level, entry.title)]
+        offset = _entry_offset(entry, placed.get(entry.page, []), starts[entry.page])
+        headings.append((offset, " > ".join(title for _, title in path)))
+    return tuple(sorted(headings, key=lambda heading: heading[0]))
+
+
 def _pdf(data: bytes, kind: str) -> Document:
     import pymupdf  # heavy; only PDF users pay for it
 
@@ -174,25 +409,16 @@ def _pdf(data: bytes, kind: str) -> Document:
             if pdf.needs_pass:
                 raise LoadError("encrypted PDF")
             check_pdf_streams(pdf)
-            pages, chars = [], 0
-            for page in pdf:
-                pages.append(page.get_text())
-                chars += len(pages[-1])
-                if chars > MAX_PDF_TEXT_CHARS:
-                    raise LoadError(f"its text runs past {MAX_PDF_TEXT_CHARS} characters, the limit for one PDF")
+            pages = _read_pages(pdf)
+            outline = _outline(pdf, pages)
     except LoadError:
         raise
     except Exception as exc:  # pymupdf raises several unrelated types for damaged files
         raise LoadError(f"unreadable PDF ({exc})") from None
-    starts, parts, offset = [], [], 0
-    for text in pages:
-        text = text.replace("\r\n", "\n").rstrip() + "\n\n"
-        starts.append(offset)
-        parts.append(text)
-        offset += len(text)
-    if not "".join(parts).strip():
+    text, starts, placed = _assemble(pages, _running_lines(pages), {entry.page for entry in outline})
+    if not text.strip():
         raise LoadError("PDF has no extractable text (scanned images?)")
-    return Document("".join(parts), "pdf", tuple(starts))
+    return Document(text, "pdf", starts, _outline_headings(outline, placed, starts))
 
 
 # A zip archive may expand a thousandfold; parsing its XML costs several times more again. Checked

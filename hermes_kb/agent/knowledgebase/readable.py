@@ -12,6 +12,7 @@ import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 from .file_access import AccessError, open_inside, read_fd
 from .loaders import LoadError, bom_encoding, decode_text, is_plain_text, load
@@ -64,33 +65,42 @@ def read_window(root: Path, rel_path: str, rules: IgnoreRules, max_file_bytes: i
 def _stream_lines(fd: int, start_line: int, max_lines: int) -> tuple[int, int, list[str]]:
     """(last line returned, total lines, the lines): one pass, only the window kept.
 
-    A private key block that starts before the window would lose its header, so
-    lines inside any key block are blanked here rather than left to `redact`.
+    UTF-8 is streamed; a file that turns out not to be (a BOM for UTF-16/32, or a byte that is not
+    UTF-8: Latin-1, cp1252) is decoded whole, within max_file_bytes, by the loader's rules, so the
+    lines served are the lines indexed.
     """
     with io.open(fd, "rb", closefd=False) as raw:
         head = raw.peek(BINARY_PROBE_BYTES)[:BINARY_PROBE_BYTES]
-        if (bom_encoding(head) or ("utf-8",))[0] != "utf-8":
-            # UTF-16/32 by its BOM: decoded whole (the file is within max_file_bytes), as the index does.
+        if (bom_encoding(head) or ("utf-8",))[0] == "utf-8":
+            if b"\x00" in head:
+                raise NotReadable("it is a binary file")
+            text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="strict", newline=None)
             try:
-                text = io.StringIO(decode_text(raw.read()))
-            except LoadError:
-                raise NotReadable("it is a binary file") from None
-        elif b"\x00" in head:
-            raise NotReadable("it is a binary file")
-        else:
-            text = io.TextIOWrapper(raw, encoding="utf-8-sig", errors="replace", newline=None)
-        lines: list[str] = []
-        total, block_end = 0, None  # the end marker of the key block being read through, if any
-        last = start_line + max_lines - 1
-        for total, line in enumerate(text, 1):
-            line = line.rstrip("\n")
-            if block_end is None:
-                block_end = next((end for begin, end in KEY_BLOCKS if begin.search(line)), None)
-            masked = block_end is not None
-            if block_end is not None and block_end.search(line):
-                block_end = None
-            if start_line <= total <= last:
-                lines.append("*" * len(line) if masked else line)
-        if isinstance(text, io.TextIOWrapper):
-            text.detach()
+                return _window(text, start_line, max_lines)
+            except UnicodeDecodeError:
+                pass
+            finally:
+                text.detach()
+            raw.seek(0)
+        try:
+            return _window(io.StringIO(decode_text(raw.read())), start_line, max_lines)
+        except LoadError:
+            raise NotReadable("it is a binary file") from None
+
+
+def _window(text: Iterable[str], start_line: int, max_lines: int) -> tuple[int, int, list[str]]:
+    """A private key block that starts before the window would lose its header, so lines inside any
+    key block are blanked here rather than left to `redact`."""
+    lines: list[str] = []
+    total, block_end = 0, None  # the end marker of the key block being read through, if any
+    last = start_line + max_lines - 1
+    for total, line in enumerate(text, 1):
+        line = line.rstrip("\n")
+        if block_end is None:
+            block_end = next((end for begin, end in KEY_BLOCKS if begin.search(line)), None)
+        masked = block_end is not None
+        if block_end is not None and block_end.search(line):
+            block_end = None
+        if start_line <= total <= last:
+            lines.append("*" * len(line) if masked else line)
     return min(total, last), total, lines
