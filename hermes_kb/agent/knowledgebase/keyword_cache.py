@@ -256,6 +256,19 @@ class KeywordCache:
         self.ids, self.hashes, self.offsets = arrays["ids"], arrays["hashes"], arrays["offsets"]
         self.rows, self.weights, self.counts = arrays["rows"], arrays["weights"], arrays["counts"]
 
+    def document_frequencies(self, query_words: Sequence[str]) -> list[float]:
+        """Chunks holding each word (its stems' posting lists), exact; 0 for a word the index lacks."""
+        frequencies = []
+        for word in query_words:
+            stems = np.array(sorted({_hash(t) for t in words(word)}), dtype=np.uint64)
+            if not len(stems) or not len(self.hashes):
+                frequencies.append(0.0)
+                continue
+            positions = np.minimum(np.searchsorted(self.hashes, stems), len(self.hashes) - 1)
+            found = positions[self.hashes[positions] == stems]
+            frequencies.append(float(max((self.offsets[p + 1] - self.offsets[p] for p in found), default=0)))
+        return frequencies
+
     def search(self, query_words: Sequence[str], k: int) -> list[tuple[int, float]]:
         """(chunk id, bm25), best first: the ranking FTS5 gives an OR of the same words."""
         # Words sharing a stem ("cell", "cells") count once each, as FTS5 scores each OR-ed phrase.

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import fnmatch
 import logging
+import math
 import os
 import re
 from dataclasses import asdict, dataclass, field
@@ -18,7 +19,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .chunker import estimate_tokens
-from .keyword_cache import KeywordCache
+from .keyword_cache import MIN_IDF, KeywordCache
 from .store import VEC_MAX_K, IndexStore
 from .vector_cache import VectorCache
 
@@ -27,6 +28,11 @@ log = logging.getLogger(__name__)
 MODES = ("hybrid", "vector", "keyword")
 KEYWORD_SCORE_DEPTH = 300  # bm25 past this rank counts as 0 for a vector hit; 1000 gave the same SciFact nDCG@10 (k=30), 2-3 ms slower at 100k
 _TERM = re.compile(r"\w+", re.UNICODE)
+EXACT_FLOOR = 0.9  # a chunk holding a literal of the query letter for letter scores at least this
+EXACT_DEPTH = 50  # chunks per literal checked for the exact text
+MAX_LITERALS = 4
+# Characters around a word of the query that are sentence punctuation, not part of what was typed.
+_EDGE = "\"'`()[]{}<>,;!?"
 
 
 class SearchError(ValueError):
@@ -118,6 +124,45 @@ def fts_query(terms: Sequence[str]) -> str | None:
     return " OR ".join(f'"{t}"' for t in terms) if terms else None
 
 
+def literals(query: str) -> list[str]:
+    """What the user means letter for letter: quoted text, words joined by punctuation or written in
+    camelCase (identifiers, paths, flags, versions: `writer_lock`, `ghcr.io/a/b:1.2`, `--no-deps`,
+    `divideLine`), and a whole query of several words (an error message pasted in)."""
+    found = [m.strip() for m in re.findall(r'"([^"\n]{2,200})"', query)]
+    for word in query.split():
+        word = word.strip(_EDGE).rstrip(".:")
+        joined = len(re.findall(r"[^\W_]+", word)) >= 2
+        if joined or re.search(r"[a-z][A-Z]", word) or (word.startswith("-") and _TERM.search(word)):
+            found.append(word)
+    if len(query.split()) >= 3:
+        found.append(" ".join(query.split()))
+    return list(dict.fromkeys(f for f in found if _TERM.search(f)))[:MAX_LITERALS]
+
+
+def _holds(text: str, literal: str) -> bool:
+    return " ".join(literal.split()).casefold() in " ".join(text.split()).casefold()
+
+
+def _phrase(literal: str) -> str:
+    """FTS5 tokenizes a quoted string into a phrase: its words, in order, next to each other."""
+    return '"' + literal.replace('"', '""') + '"'
+
+
+def keyword_scale(source: SearchSource, terms: Sequence[str]) -> float:
+    """The bm25 a chunk of average length holding each query word once would get in this index.
+
+    Dividing by it (or by the best bm25 found, when higher) makes keyword scores mean the same in
+    every index: the share of the query's evidence a chunk holds. Dividing by the best hit alone
+    gave every index's best hit 1.0, however little of the query it matched, so the noise of one
+    index outranked the answers of another and weak keyword matches pulled good vector hits down.
+    """
+    if source.keywords is not None:
+        count, frequencies = source.keywords.count, source.keywords.document_frequencies(terms)
+    else:
+        count, frequencies = source.store.chunk_total(), source.store.document_frequencies([fts_query([t]) for t in terms])
+    return sum(max(math.log((count - n + 0.5) / (n + 0.5)), MIN_IDF) for n in frequencies)
+
+
 def affordable_terms(store: IndexStore, terms: list[str], budget: int | None) -> list[str]:
     """The rarest terms whose posting lists together stay within `budget` rows, the rarest always kept.
 
@@ -148,6 +193,8 @@ class _Candidate:
     found_by: list[str] = field(default_factory=list)
     vector_rank: int | None = None
     keyword_rank: int | None = None
+    exact: bool = False  # holds a literal of the query (see `literals`)
+    keyword_scale: float = 0.0  # see `keyword_scale`
 
 
 def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[[], np.ndarray],
@@ -165,6 +212,7 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
                 vector_sources.append(source)
     by_source: dict[str, dict[int, _Candidate]] = {source.key: {} for source in sources}
     deeper: dict[str, dict[int, float]] = {}
+    scales: dict[Path, float] = {}
     # Embedding the query on a second thread while FTS5 runs was measured: on 2 cores the two
     # slow each other down as much as they overlap (hybrid p50 at 100k chunks 20.3 ms vs 19.4 ms).
     for source in sources if use_keyword else ():
@@ -180,6 +228,8 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
             by_source[source.key][chunk_id] = _Candidate(source, chunk_id, bm25=score, found_by=["keyword"],
                                                           keyword_rank=rank)
         deeper[source.key] = dict(keyword_scores)
+        scales[source.key] = keyword_scale(source, terms)
+        _mark_exact(source, query, by_source[source.key], deeper[source.key])
     vector = query_vector() if vector_sources else None
     for source in vector_sources:
         by_id = by_source[source.key]
@@ -193,7 +243,23 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
             for candidate in by_id.values():
                 if candidate.bm25 is None and use_keyword:
                     candidate.bm25 = keyword_scores.get(candidate.chunk_id, 0.0)
-    return [candidate for by_id in by_source.values() for candidate in by_id.values()]
+    candidates = [candidate for by_id in by_source.values() for candidate in by_id.values()]
+    for candidate in candidates:
+        candidate.keyword_scale = scales.get(candidate.source.key, 0.0)
+    return candidates
+
+
+def _mark_exact(source: SearchSource, query: str, by_id: dict[int, _Candidate], bm25: dict[int, float]) -> None:
+    """Chunks holding a literal of the query letter for letter (FTS5 finds the phrase, the text confirms
+    the punctuation) become candidates marked exact, found or not by the ranked keyword pass."""
+    for literal in literals(query):
+        ids = [chunk_id for chunk_id, _ in source.store.keyword(_phrase(literal), EXACT_DEPTH)]
+        for chunk_id, row in source.store.chunks(ids).items():
+            if _holds(row.text, literal):
+                candidate = by_id.setdefault(chunk_id, _Candidate(source, chunk_id, bm25=bm25.get(chunk_id, 0.0)))
+                candidate.exact = True
+                if "exact" not in candidate.found_by:
+                    candidate.found_by.append("exact")
 
 
 def _complete_cosines(source: SearchSource, candidates: list[_Candidate], vector: np.ndarray) -> None:
@@ -207,7 +273,7 @@ def _complete_cosines(source: SearchSource, candidates: list[_Candidate], vector
 
 def _fuse(candidates: list[_Candidate], options: SearchOptions) -> list[tuple[float, _Candidate]]:
     # bm25 is normalised per index: IDF statistics differ between indexes (a tiny one
-    # has near-zero IDF everywhere), so raw scores only compare within one index.
+    # has near-zero IDF everywhere), so raw scores only compare within one index (see keyword_scale).
     top_bm25: dict[str, float] = {}
     for candidate in candidates:
         top_bm25[candidate.source.key] = max(top_bm25.get(candidate.source.key, 0.0), candidate.bm25 or 0.0)
@@ -220,9 +286,12 @@ def _fuse(candidates: list[_Candidate], options: SearchOptions) -> list[tuple[fl
             score = sum(1.0 / (options.rrf_k + 1 + r) for r in ranks) * (options.rrf_k + 1) / 2
         else:
             cosine = max(candidate.cosine or 0.0, 0.0)
-            score = alpha * cosine + (1.0 - alpha) * (candidate.bm25 or 0.0) / (top_bm25[candidate.source.key] or 1.0)
+            scale = max(top_bm25[candidate.source.key], candidate.keyword_scale) or 1.0
+            score = alpha * cosine + (1.0 - alpha) * (candidate.bm25 or 0.0) / scale
+        if candidate.exact:
+            score = EXACT_FLOOR + (1.0 - EXACT_FLOOR) * score
         scored.append((score, candidate))
-    scored.sort(key=lambda pair: pair[0], reverse=True)
+    scored.sort(key=lambda pair: (pair[1].exact, pair[0]), reverse=True)  # exact occurrences first
     return scored
 
 

@@ -455,6 +455,10 @@ class IndexStore:
                                  "ORDER BY bm25(chunks_fts) LIMIT ?", (match, k))
         return [(rowid, score) for rowid, score in rows]
 
+    def chunk_total(self) -> int:
+        """Rows FTS5 counts for its IDF (one per chunk)."""
+        return self.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+
     def document_frequencies(self, phrases: Sequence[str]) -> list[float]:
         """Chunks matching each FTS phrase, counted in a few id windows spread over the index and scaled.
 

@@ -1,0 +1,45 @@
+"""Scores that mean the same in every index, and exact strings ranked first (#15, points 3 and 5)."""
+
+from hermes_kb.agent.knowledgebase.retriever import EXACT_FLOOR, literals
+
+
+def filler(n: int, words: str) -> dict[str, str]:
+    return {f"page{i}.md": f"# Page {i}\n\n{words} number {i} and some more text about it.\n" for i in range(n)}
+
+
+def test_literals_are_what_a_user_types_letter_for_letter():
+    assert literals("ghcr.io/astral-sh/uv:0.12.0-debian-slim") == ["ghcr.io/astral-sh/uv:0.12.0-debian-slim"]
+    assert literals("what does writer_lock do?") == ["writer_lock", "what does writer_lock do?"]
+    assert literals("--no-install-project") == ["--no-install-project"]
+    assert literals("divideLine") == ["divideLine"]
+    assert literals('the "release train" schedule') == ["release train", 'the "release train" schedule']
+    assert literals("deploy") == [] and literals("how deploy") == []
+
+
+def test_an_exact_version_string_ranks_its_only_file_first(tree, make_kb):
+    docs = {**filler(30, "Use uv with docker images: the debian slim image of uv 0.12 pins astral tools from ghcr io."),
+            "docker.md": "# Docker\n\nPin the image:\n\n    FROM ghcr.io/astral-sh/uv:0.12.0-debian-slim\n",
+            "decoy.md": "# Decoy\n\nghcr io astral sh uv 0 12 0 debian slim, spelled apart.\n"}
+    kb = make_kb(tree(docs))
+    kb.index()
+    for mode in ("keyword", "hybrid"):
+        hits = kb.search("ghcr.io/astral-sh/uv:0.12.0-debian-slim", k=3, mode=mode).hits
+        assert hits[0].path == "docker.md", mode
+        assert hits[0].score >= EXACT_FLOOR and "exact" in hits[0].found_by
+        assert all("exact" not in h.found_by for h in hits[1:])  # the same words apart are no exact occurrence
+
+
+def test_keyword_scores_compare_across_indexes(tmp_path, tree, make_kb):
+    answers = tree({**filler(20, "Notes on the build server."),
+                    "tags.md": "# Image tags\n\nTag the docker image with the release tag before you push the image.\n"},
+                   tmp_path / "answers")
+    noise = tree({**filler(20, "Colours of the theme."), "palette.md": "# Palette\n\nThe tag colour is teal.\n"},
+                 tmp_path / "noise")
+    kb = make_kb(answers, noise)
+    kb.index()
+    hits = kb.search("docker image tag", k=5, mode="keyword").hits
+    by_path = {h.path: h.score for h in hits}
+    assert hits[0].path == "tags.md"
+    # the noise index's best hit matched one word of three: it no longer scores like a full match
+    assert by_path.get("palette.md", 0.0) < 0.5 * by_path["tags.md"]
+    assert by_path["tags.md"] > 0.9
