@@ -21,10 +21,11 @@ import re
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
+from .code_units import KIND_GRAMMARS, code_segments
 from .config import ChunkingConfig
 from .loaders import Document
 
-CHUNKER_VERSION = 5  # 5: PDFs cut at pages and outline sections
+CHUNKER_VERSION = 6  # 5: PDFs cut at pages and outline sections; 6: code cut at tree-sitter syntax units (code_units.py)
 VECTOR_WINDOW = 128  # estimated pieces per embedded window
 WINDOW_OVERLAP = 20
 MAX_WINDOWS = 32  # per chunk; a longer chunk (a large chunk_size) gets proportionally longer windows
@@ -345,9 +346,19 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
         return []
     size, overlap = config.chunk_size, config.chunk_overlap
     protected: list[tuple[int, int]] = []
-    if document.kind in _CODE_BOUNDARIES:
+    leads: list[str] | None = None  # code cut at syntax units: the heading of each segment's first chunk
+    regex_code = False  # the fallback: code cut at top-level definitions found by regular expressions
+    if document.kind in _CODE_BOUNDARIES or document.kind in KIND_GRAMMARS:
         base = _Splitter(text, protected)
-        segments = _merge_small(_code_segments(text, document.kind), base, size, size)
+        units = code_segments(text, document.kind, file_name, base.tokens, size)
+        if units is not None:
+            segments = [_Segment(u.start, u.end, _unit_heading(file_name, u.heading)) for u in units]
+            leads = [_unit_heading(file_name, u.first) for u in units]
+        elif document.kind in _CODE_BOUNDARIES:
+            segments = _merge_small(_code_segments(text, document.kind), base, size, size)
+            regex_code = True
+        else:
+            segments = [_Segment(0, len(text), _unit_heading(file_name, ()))]
     elif document.kind == "pdf":
         base = _Splitter(text, protected)
         segments = _merge_tiny_pages(_pdf_segments(document), base, max(8, size // 8), size)
@@ -360,8 +371,9 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
         segments = [_Segment(0, len(text), _plain_title(text))]
     line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
     chunks: list[Chunk] = []
-    for segment in segments:
-        methods = _class_methods(text, segment) if document.kind in _CODE_BOUNDARIES else ([], [])
+    for number, segment in enumerate(segments):
+        methods = _class_methods(text, segment) if regex_code else ([], [])
+        heading = leads[number] if leads is not None else segment.heading
         for start, end in base.pack(segment.start, segment.end, size, overlap):
             # Trim blank edges so offsets and line ranges hug the real content.
             while start < end and text[start].isspace():
@@ -370,8 +382,7 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
                 end -= 1
             if start >= end:
                 continue
-            heading = segment.heading
-            if document.kind in _CODE_BOUNDARIES:
+            if regex_code:
                 heading = _code_context(file_name, segment, start, methods)
             page = _page_of(document.page_starts, start, end)
             chunks.append(Chunk(
@@ -379,7 +390,13 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
                 start_line=bisect_right(line_starts, start), end_line=bisect_right(line_starts, end - 1),
                 page=page, heading=heading, windows=_windows(base, start, end),
             ))
+            heading = segment.heading
     return chunks
+
+
+def _unit_heading(file_name: str, path: tuple[str, ...]) -> str:
+    """`# file: x.py | class: A | def: b`, the same line the regex fallback writes."""
+    return "# " + " | ".join([f"file: {file_name}", *path])
 
 
 def _windows(base: _Splitter, start: int, end: int) -> tuple[tuple[int, int], ...]:

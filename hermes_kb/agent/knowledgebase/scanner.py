@@ -48,7 +48,12 @@ KINDS = {
     ".txt": "text", ".text": "text", ".rst": "rst", ".log": "text", ".csv": "text",
     ".py": "python", ".pyi": "python",
     ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",
-    ".ts": "typescript", ".tsx": "typescript",
+    ".ts": "typescript", ".tsx": "typescript", ".mts": "typescript", ".cts": "typescript",
+    # Source chunked at its syntax units by tree-sitter (code_units.py); the kind is the language.
+    ".go": "go", ".rs": "rust", ".java": "java", ".c": "c", ".h": "c",
+    ".cc": "cpp", ".cpp": "cpp", ".cxx": "cpp", ".c++": "cpp", ".hh": "cpp", ".hpp": "cpp", ".hxx": "cpp",
+    ".cs": "csharp", ".rb": "ruby", ".rake": "ruby", ".php": "php",
+    ".sh": "shell", ".bash": "shell", ".zsh": "shell",
     ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml",
     ".html": "html", ".htm": "html",
     ".pdf": "pdf", ".docx": "docx",
