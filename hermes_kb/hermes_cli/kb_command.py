@@ -374,28 +374,43 @@ def _age(last_indexed: str | None) -> str:
     return "just now"
 
 
-STATUS_COLUMNS = ("name", "files", "chunks", "size", "indexed", "state", "root")
+STATUS_COLUMNS = ("name", "files", "chunks", "size", "indexed", "state")  # and root, which gets the width left
+OPTIONAL_STATUS_COLUMNS = ("size", "indexed")  # give way, in this order, so the root keeps ROOT_MIN_WIDTH
+ROOT_MIN_WIDTH = 24
+NAME_MAX_WIDTH = 18
+COLUMN_GAP = 2
 
 
-def _status_cells(row: dict) -> list[str]:
-    """Every cell but the root, which gets the width that is left."""
+def _status_cells(row: dict) -> dict[str, str]:
+    """Every cell but the root."""
+    name = printable(row["name"])
+    name = name if len(name) <= NAME_MAX_WIDTH else name[:NAME_MAX_WIDTH - 1] + "…"
     if "files" not in row:  # never indexed, being built, or an index that cannot be read (said below the table)
-        return [printable(row["name"]), "-", "-", "-", "-", row["state"]]
+        return {"name": name, "files": "-", "chunks": "-", "size": "-", "indexed": "-", "state": row["state"]}
     indexed = row["files"] - row.get("files_with_errors", 0)
-    return [printable(row["name"]), str(indexed), str(row["chunks"]), _human_size(row["size_bytes"]),
-            _age(row.get("last_indexed")), row["state"]]
+    return {"name": name, "files": str(indexed), "chunks": str(row["chunks"]), "size": _human_size(row["size_bytes"]),
+            "indexed": _age(row.get("last_indexed")), "state": row["state"]}
 
 
 def _status_table(rows: list[dict], width: int) -> Table:
     """Name, counts, state and root in the console's width: the root shortened in the middle, never cut."""
-    cells = [[short_path(c, 24) if i == 0 else c for i, c in enumerate(_status_cells(row))] for row in rows]
-    widths = [max([len(column), *(len(line[i]) for line in cells)]) for i, column in enumerate(STATUS_COLUMNS[:-1])]
-    root_width = max(12, width - sum(widths) - 2 * len(STATUS_COLUMNS) + 1)
-    table = Table(title="Knowledgebase", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for column in STATUS_COLUMNS:
+    cells = [_status_cells(row) for row in rows]
+    widths = {column: max([len(column), *(len(line[column]) for line in cells)]) for column in STATUS_COLUMNS}
+    columns = list(STATUS_COLUMNS)
+
+    def root_width() -> int:
+        return width - sum(widths[c] for c in columns) - COLUMN_GAP * len(columns)
+
+    for optional in OPTIONAL_STATUS_COLUMNS:
+        if root_width() < ROOT_MIN_WIDTH:
+            columns.remove(optional)
+    table = Table(title="Knowledgebase", title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False,
+                  collapse_padding=True)
+    for column in (*columns, "root"):
         table.add_column(column, no_wrap=True, justify="right" if column in ("files", "chunks", "size") else "left")
     for row, line in zip(rows, cells):
-        table.add_row(*map(escape, line), escape(short_path(printable(row["root"] or "-"), root_width)))
+        root = short_path(printable(row["root"] or "-"), max(ROOT_MIN_WIDTH // 2, root_width()))
+        table.add_row(*(escape(line[column]) for column in columns), escape(root))
     return table
 
 

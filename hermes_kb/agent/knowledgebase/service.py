@@ -434,7 +434,13 @@ class KnowledgeBase:
         """One row per directory (and per orphaned index when no target is given); a directory whose
         index cannot be read gets a `problem` sentence instead of failing the others."""
         rows = []
-        for directory in self.targets(target):
+        try:
+            directories = self.targets(target)
+        except KnowledgebaseError:
+            if target is not None or not self.orphans():
+                raise
+            directories = []  # nothing configured, but a first run under way (or cut short) is worth listing
+        for directory in directories:
             path = self.index_path(directory)
             row = {"name": directory.name, "root": str(directory.path), "index_path": str(path),
                    "indexed": path.exists(), "driver": driver_description(), "health": "ok"}
