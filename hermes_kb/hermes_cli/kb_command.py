@@ -275,16 +275,21 @@ def _index(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
         embedded = f"{s.chunks_embedded} chunks embedded, {s.chunks_reused} reused"
         out.print(f"[bold]{safe(s.directory)}[/]: {s.added} added, {s.changed} changed, {s.removed} removed, "
                   f"{s.unchanged} unchanged, {len(s.skipped)} skipped; {embedded}; {s.seconds:.2f} s")
-        for path, reason in s.skipped[:20]:
-            out.print(f"  skipped {safe(path)}: {safe(reason)}")
-        if len(s.skipped) > 20:
-            out.print(f"  ... and {len(s.skipped) - 20} more skipped (see --json)")
+        _print_skipped(s, out)
         if s.secrets_redacted:
             count = sum(n for _, n in s.secrets_redacted)
             out.print(f"  {count} secrets redacted before indexing, in {len(s.secrets_redacted)} files: "
                       f"{safe(', '.join(p for p, _ in s.secrets_redacted[:5]))}"
                       f"{' ...' if len(s.secrets_redacted) > 5 else ''} (allow_secrets opts a file back in)")
     return failed
+
+
+def _print_skipped(summary, out: Console, shown: int = 20) -> None:
+    """The files this run left out, each said once: a rerun does not repeat an unchanged one."""
+    for path, reason in summary.skipped[:shown]:
+        out.print(f"  skipped {safe(path)}: {safe(reason)}")
+    if len(summary.skipped) > shown:
+        out.print(f"  ... and {len(summary.skipped) - shown} more skipped (see --json)")
 
 
 def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
@@ -528,9 +533,11 @@ def _watch(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
 def _print_sync(summary, out: Console, as_json: bool) -> None:
     if as_json:
         _emit_json(out, summary.to_dict())
-    elif summary.added or summary.changed or summary.removed or not summary.unchanged:
+    elif summary.added or summary.changed or summary.removed or summary.skipped or not summary.unchanged:
+        skipped = f", {len(summary.skipped)} skipped" if summary.skipped else ""
         out.print(f"{time.strftime('%H:%M:%S')} [bold]{safe(summary.directory)}[/]: {summary.added} added, "
-                  f"{summary.changed} changed, {summary.removed} removed ({summary.seconds:.2f} s)")
+                  f"{summary.changed} changed, {summary.removed} removed{skipped} ({summary.seconds:.2f} s)")
+        _print_skipped(summary, out)
 
 
 def evaluation_rows(report) -> list[list[object]]:

@@ -321,3 +321,28 @@ def test_chat_completion_of_directory_names_and_index_paths(tmp_path):
     assert complete(f"/kb index {tmp_path}/projects/al") == ["pha-notes"]
     assert complete("/kb search deploy ") == []  # a query is not completed
     assert sorted(c.text for c in registry.completer().get_completions(Document("/kb search x --dir "), None)) == []
+
+
+def test_watch_says_a_skipped_image_once_not_on_every_sync(tree, make_kb):
+    root = tree({"a.md": "# A\n\nalpha\n", "photo.png": PNG})
+    kb = make_kb(root)
+    out, err = consoles()
+    runner = threading.Thread(target=lambda: run_kb(["watch", "docs", "--debounce", "0.2"], lambda: kb, out, err),
+                              daemon=True)
+    runner.start()
+
+    def wait_for(text: str, times: int = 1) -> str:
+        deadline = time.time() + 20
+        while out.export_text(clear=False).count(text) < times and time.time() < deadline:
+            time.sleep(0.05)
+        return out.export_text(clear=False)
+
+    assert "skipped photo.png: binary file" in wait_for("Watching docs")
+    (root / "b.md").write_text("# B\n\nbeta\n")
+    wait_for("docs: 1 added", times=2)  # the first run added a.md
+    (root / "drawing.png").write_bytes(PNG + b"2")
+    text = wait_for("skipped drawing.png: binary file")
+    assert "0 added, 0 changed, 0 removed, 1 skipped" in text  # a new image alone is said, not silent
+    (root / "c.md").write_text("# C\n\ngamma\n")
+    text = wait_for("docs: 1 added", times=3)
+    assert text.count("skipped photo.png") == 1 and text.count("skipped drawing.png") == 1
