@@ -196,10 +196,11 @@ class KnowledgebasePlugin:
         with self._lock:
             retriever = self._retrievers.pop(session_id, None)
             if retriever is None or retriever.kb is not kb:
-                injected = retriever.injected if retriever else set()
-                if retriever:
-                    retriever.close()
-                retriever = AutoRetriever(kb, config, injected=injected)
+                previous = retriever
+                retriever = AutoRetriever(kb, config)
+                if previous:  # the same conversation goes on: what it was sent, and its source ids
+                    previous.close()
+                    retriever.injected, retriever.cited, retriever.next_id = previous.injected, previous.cited, previous.next_id
             self._retrievers[session_id] = retriever
             while len(self._retrievers) > MAX_SESSIONS:
                 self._retrievers.popitem(last=False)[1].close()
@@ -229,7 +230,7 @@ class KnowledgebasePlugin:
         block = retriever.block_for(message, previous_user_message(conversation_history, message))
         if block is None:
             return None
-        return {"context": fit_block(block.hits, retriever)}
+        return {"context": fit_block(block.hits, retriever, first_id=block.first_id)}
 
     # --- registration ------------------------------------------------------------------------
     def register(self, ctx: Any) -> None:
@@ -245,17 +246,19 @@ class KnowledgebasePlugin:
         ctx.register_hook("pre_llm_call", self.pre_llm_call)
 
 
-def fit_block(hits: list, retriever: AutoRetriever, limit: int = MAX_CONTEXT_CHARS) -> str:
+def fit_block(hits: list, retriever: AutoRetriever, limit: int = MAX_CONTEXT_CHARS, first_id: int = 1) -> str:
     """The cited block under `limit` characters: drop the last hits (forgetting they were injected, so
     a later turn may still send them), then cut the one left."""
     hits = list(hits)
-    text = render_block(hits)
+    text = render_block(hits, first_id=first_id)
     while len(text) > limit and len(hits) > 1:
-        retriever.injected.discard(hits.pop().content_hash)
-        text = render_block(hits)
+        dropped = hits.pop()
+        retriever.injected.discard(dropped.content_hash)
+        retriever.cited.pop(f"S{first_id + len(hits)}", None)
+        text = render_block(hits, first_id=first_id)
     if len(text) > limit:
         keep = max(0, len(hits[0].text) - (len(text) - limit) - len(TRUNCATED))
-        text = render_block([dataclasses.replace(hits[0], text=hits[0].text[:keep] + TRUNCATED)])
+        text = render_block([dataclasses.replace(hits[0], text=hits[0].text[:keep] + TRUNCATED)], first_id=first_id)
     return text
 
 

@@ -218,10 +218,13 @@ def _hit(n: int, text: str) -> Hit:
 def test_the_block_stays_under_hermes_spill_limit():
     class Retriever:
         injected = {"hash0", "hash1", "hash2"}
+        cited = {"S4": {}, "S5": {}, "S6": {}}
     retriever = Retriever()
-    text = hermes_plugin.fit_block([_hit(0, "a" * 4000), _hit(1, "b" * 4000), _hit(2, "c" * 4000)], retriever)
-    assert len(text) <= hermes_plugin.MAX_CONTEXT_CHARS and "[S2]" in text and "[S3]" not in text
+    hits = [_hit(0, "a" * 4000), _hit(1, "b" * 4000), _hit(2, "c" * 4000)]
+    text = hermes_plugin.fit_block(hits, retriever, first_id=4)
+    assert len(text) <= hermes_plugin.MAX_CONTEXT_CHARS and "[S5]" in text and "[S6]" not in text
     assert retriever.injected == {"hash0", "hash1"}  # the chunk left out may come in a later turn
+    assert set(retriever.cited) == {"S4", "S5"}  # and is no source of this conversation
     huge = hermes_plugin.fit_block([_hit(0, "z" * 50_000)], retriever)
     assert len(huge) <= hermes_plugin.MAX_CONTEXT_CHARS and "kb_read shows the rest" in huge
 

@@ -11,7 +11,9 @@ from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
-PRE_LLM_CALL = "pre_llm_call"  # (user_message, previous_user_message) -> text to add to the user message, or None
+# (user_message, previous_user_message) -> text to add to the user message, or None; or an object with
+# that `text` and a `sources()` list of the records it cites (kept with the session).
+PRE_LLM_CALL = "pre_llm_call"
 
 
 class HookRegistry:

@@ -45,6 +45,7 @@ class ChatSession:
     max_tool_rounds: int = 8
     history: list[dict] = field(default_factory=list)
     attachments: dict[int, str] = field(default_factory=dict)  # history index of a user message -> injected text
+    sources: dict[int, list[dict]] = field(default_factory=dict)  # ... -> the sources that text cites
 
     def __post_init__(self) -> None:
         if not self.history:
@@ -53,6 +54,7 @@ class ChatSession:
     def reset(self) -> None:
         del self.history[1:]
         self.attachments.clear()
+        self.sources.clear()
 
     def outgoing(self) -> list[dict]:
         messages = []
@@ -75,7 +77,8 @@ class ChatSession:
         user_index = len(self.history) - 1
         added = self.hooks.run(PRE_LLM_CALL, user_message=text, previous_user_message=self._previous_user_message())
         if added:
-            self.attachments[user_index] = "\n\n".join(added)
+            self.attachments[user_index] = "\n\n".join(getattr(a, "text", a) for a in added)
+            self.sources[user_index] = [s for a in added if hasattr(a, "sources") for s in a.sources()]
         for _ in range(self.max_tool_rounds):
             try:
                 completion = self.llm.complete(self.outgoing(), tools=self.tools.schemas() or None, on_token=on_token)
@@ -83,6 +86,7 @@ class ChatSession:
                 # A failed turn leaves no half-answered question behind; the user can simply retry.
                 del self.history[user_index:]
                 self.attachments.pop(user_index, None)
+                self.sources.pop(user_index, None)
                 raise
             if not completion.tool_calls:
                 self.history.append({"role": "assistant", "content": completion.content})
@@ -97,6 +101,18 @@ class ChatSession:
         self.history.append({"role": "assistant", "content": STOP_SENTENCE})
         raise TurnStopped(STOP_SENTENCE)
 
+    def turn_sources(self) -> list[dict]:
+        """The sources injected into the last user message."""
+        users = [i for i, m in enumerate(self.history) if m["role"] == "user"]
+        return self.sources.get(users[-1], []) if users else []
+
     def save(self, path: Path) -> None:
+        """The conversation as it happened: each user message with the context injected into it and
+        the sources that context cites, so a saved [S3] can still be traced."""
+        saved = []
+        for index, message in enumerate(self.history):
+            if index in self.attachments:
+                message = {**message, "injected_context": self.attachments[index], "sources": self.sources.get(index, [])}
+            saved.append(message)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(self.history, indent=1, ensure_ascii=False), encoding="utf-8")
+        path.write_text(json.dumps(saved, indent=1, ensure_ascii=False), encoding="utf-8")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -35,6 +36,7 @@ from .terminal import printable, safe
 
 log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
+_CITATIONS = re.compile(r"\[\s*S\d+(?:\s*[,;]\s*S\d+)*\s*\]")  # [S3], [S1, S4]
 DEFAULT_MODEL = "gpt-4o-mini"
 
 
@@ -98,7 +100,7 @@ def build_runtime(out: Console, err: Console, llm: LLMClient, auto_retrieve: boo
     if kb_config.enabled and auto_retrieve:
         retriever = AutoRetriever(kb, kb_config)
         hooks.register(PRE_LLM_CALL, lambda user_message, previous_user_message:
-                       (block := retriever.block_for(user_message, previous_user_message)) and block.text)
+                       retriever.block_for(user_message, previous_user_message))
     session = ChatSession(llm, tools, hooks)
     commands = CommandRegistry()
 
@@ -114,7 +116,7 @@ def build_runtime(out: Console, err: Console, llm: LLMClient, auto_retrieve: boo
     def new_command(rest: str) -> bool:
         session.reset()
         if retriever:
-            retriever.injected.clear()
+            retriever.reset()
         out.print("Started a new conversation.")
         return True
 
@@ -142,7 +144,7 @@ def _answer(runtime: ChatRuntime, question: str, out: Console, err: Console) -> 
         err.print(f"[dim]→ {safe(name)}({safe(arguments[:120])})[/]")
 
     try:
-        runtime.session.ask(question, on_token=on_token, on_tool=on_tool)
+        answer = runtime.session.ask(question, on_token=on_token, on_tool=on_tool)
     except LLMError as exc:  # TurnStopped (max tool rounds) included
         if streamed:  # end the half-written line so the sentence stands on its own
             out.file.write("\n")
@@ -151,7 +153,25 @@ def _answer(runtime: ChatRuntime, question: str, out: Console, err: Console) -> 
         return False
     out.file.write("\n")
     out.file.flush()
+    _show_sources(runtime, answer, err)
     return True
+
+
+def _show_sources(runtime: ChatRuntime, answer: str, err: Console) -> None:
+    """Under the answer (on stderr, so a piped answer stays clean): this turn's injected sources and any
+    earlier one the answer cites, each with a location a terminal or editor opens."""
+    shown = {record["id"]: record for record in runtime.session.turn_sources()}
+    cited = runtime.retriever.cited if runtime.retriever else {}
+    for source_id in dict.fromkeys(re.findall(r"S\d+", " ".join(_CITATIONS.findall(answer)))):
+        if source_id in cited:
+            shown.setdefault(source_id, cited[source_id])
+    if not shown:
+        return
+    err.print("[dim]Sources:[/]")
+    for source_id, record in sorted(shown.items(), key=lambda item: int(item[0][1:])):
+        heading = f" § {safe(record['heading'])}" if record["heading"] else ""
+        err.print(f"[dim]  [{source_id}] {safe(record['directory'])}/{safe(record['path'])}{heading} — "
+                  f"[link={record['link']}]{safe(record['location'])}[/link][/]")
 
 
 def run_chat(argv: list[str], out: Console, err: Console) -> int:
@@ -204,6 +224,6 @@ def _line_reader(runtime: ChatRuntime, home) -> Callable[[], str]:
     from prompt_toolkit.history import FileHistory
 
     home.mkdir(parents=True, exist_ok=True)
-    prompt = PromptSession(history=FileHistory(str(home / "chat_history")), completer=runtime.commands.completer(),
+    prompt = PromptSession(history=FileHistory(str(home / "chat_history")), completer=runtime.commands.completer(lambda: [d.name for d in runtime.kb.known_directories()]),
                            complete_while_typing=False)
     return lambda: prompt.prompt("you> ")

@@ -72,7 +72,32 @@ def test_indexed_fact_brings_a_cited_block_and_history_stays_clean(chat, hermes_
     assert [m["content"] for m in runtime.session.history if m["role"] == "user"] == ["How do we deploy to production?"]
     saved = tmp_path / "transcript.json"
     runtime.session.save(saved)
-    assert "notes/deploy.md lines" not in saved.read_text() and "port 4271" not in saved.read_text()
+    user = [m for m in json.loads(saved.read_text()) if m["role"] == "user"][0]
+    assert user["content"] == "How do we deploy to production?"  # what was typed, with what was injected beside it
+    assert "port 4271" in user["injected_context"]
+    assert [(s["id"], s["path"], s["location"]) for s in user["sources"]] == [
+        ("S1", "deploy.md", f"{runtime.kb.config.directories[0].path}/deploy.md:1")]
+
+
+def test_source_ids_run_on_through_the_conversation_and_are_shown_under_each_answer(chat):
+    from hermes_kb.hermes_cli.chat import _answer
+
+    runtime, server, script = chat
+    out, err = Console(record=True, width=300), Console(record=True, width=300)
+    script.append(text_reply("Flip to the green pool [S1]."))
+    assert _answer(runtime, "How do we deploy to production?", out, err)
+    shown = err.export_text()
+    assert "Sources:" in shown and "[S1] notes/deploy.md § Deployment" in shown and "deploy.md:1" in shown
+    script.append(text_reply("Water twice a week [S2]; deploys as in [S1]."))
+    assert _answer(runtime, "How often should tomatoes be watered in the garden?", out, err)
+    second = sent_messages(server)[-1]["content"]
+    assert "[S2] notes/garden.md" in second and "[S1]" not in second.split(BLOCK_HEADER)[1]  # no second S1
+    shown = err.export_text()
+    assert "[S2] notes/garden.md § Garden" in shown and "[S1] notes/deploy.md" in shown  # cited again: shown again
+    runtime.commands.dispatch("/new", lambda name: None)
+    script.append(text_reply("Tuesdays [S1]."))
+    assert _answer(runtime, "When does the weekly sync meeting happen?", out, err)
+    assert "[S1] notes/meetings.md" in sent_messages(server)[-1]["content"]  # a new conversation starts at S1
 
 
 def test_off_topic_and_trivial_messages_get_no_block(chat):

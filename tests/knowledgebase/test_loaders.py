@@ -85,3 +85,42 @@ def test_kb_read_decodes_utf16_and_utf32_by_their_bom(tree, codec):
     assert (window.text, window.end_line, window.total_lines) == ("line 3 wörd\nline 4 wörd", 4, 7)
     with pytest.raises(NotReadable, match="binary"):
         read_window(root, "blob.txt", rules, 1_000_000, start_line=1, max_lines=5)
+
+
+@pytest.mark.parametrize("text, codec", [
+    ("Le café était très bon. Où est la gare? Déjà vu, naïve, façade.\n", "cp1252"),
+    ("Smart “quotes” and an em—dash cost 5€; it’s fine.\n", "cp1252"),
+    ("Grüße aus München, schöne Straße.\n", "latin-1"),
+    ("café\n", "latin-1"),
+    ("Zażółć gęślą jaźń. Łódź jest pięknym miastem.\n", "cp1250"),
+    ("Съешь же ещё этих мягких французских булок, да выпей чаю.\n", "cp1251"),
+])
+def test_text_that_is_not_utf8_is_decoded_in_its_own_encoding(text, codec):
+    assert load(text.encode(codec), "text").text == text
+
+
+def test_utf8_with_one_damaged_byte_stays_utf8():
+    data = "Grüße aus München. ".encode() * 20 + b"\xff" + "Schöne Straße.\n".encode()
+    text = load(data, "text").text
+    assert "München" in text and text.endswith("Schöne Straße.\n") and text.count("\ufffd") == 1
+
+
+def test_a_latin1_byte_far_into_an_ascii_file_is_decoded_by_the_text_around_it():
+    data = b"plain ascii line\n" * 20_000 + "Le café était très bon.\n".encode("cp1252")
+    assert load(data, "text").text.endswith("Le café était très bon.\n")
+
+
+def test_binary_without_a_bom_is_still_refused_whatever_the_detector_would_say():
+    with pytest.raises(LoadError, match="binary"):
+        load("café".encode("cp1252") + b"\x00\x01\x02" + bytes(range(256)), "text")
+
+
+def test_a_latin1_file_is_found_and_shown_right(tree, make_kb):
+    lines = ["Menu du jour", "", "Le café crème est servi à 8 h.", "La crème brûlée coûte 6 €."]
+    root = tree({"menu.txt": "\r\n".join(lines).encode("cp1252")})
+    kb = make_kb(root)
+    kb.index()
+    hit = kb.search("café crème", k=1).hits[0]
+    assert "Le café crème est servi à 8 h." in hit.text and "\ufffd" not in hit.text
+    window = kb.read(str(root / "menu.txt"), start_line=3, max_lines=2)  # kb_read serves the lines indexed
+    assert (window.text, window.total_lines) == ("Le café crème est servi à 8 h.\nLa crème brûlée coûte 6 €.", 4)

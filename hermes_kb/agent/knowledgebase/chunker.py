@@ -312,14 +312,17 @@ def _pdf_segments(document: Document) -> list[_Segment]:
     return segments
 
 
-def _merge_tiny_pages(segments: list[_Segment], splitter: _Splitter, limit: int, size: int) -> list[_Segment]:
-    """A page with next to no text (a title page, a figure's caption) joins the next page of the same
-    section; a short section stays alone, under its own heading."""
+def _merge_tiny_pages(segments: list[_Segment], page_starts: tuple[int, ...], splitter: _Splitter,
+                      limit: int, size: int) -> list[_Segment]:
+    """A whole page with next to no text (a title page, a lone caption) joins the next page of the
+    same section; a short section, or a section's first lines at the foot of a page, stays alone
+    under its own heading and page."""
+    breaks = set(page_starts)
     merged: list[_Segment] = []
     for segment in segments:
         previous = merged[-1] if merged else None
-        if previous and previous.heading == segment.heading and splitter.tokens(previous.start, previous.end) < limit \
-                and splitter.tokens(previous.start, segment.end) <= size:
+        if previous and previous.start in breaks and segment.start in breaks and previous.heading == segment.heading \
+                and splitter.tokens(previous.start, previous.end) < limit and splitter.tokens(previous.start, segment.end) <= size:
             merged[-1] = _Segment(previous.start, segment.end, segment.heading)
         else:
             merged.append(segment)
@@ -361,7 +364,7 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
             segments = [_Segment(0, len(text), _unit_heading(file_name, ()))]
     elif document.kind == "pdf":
         base = _Splitter(text, protected)
-        segments = _merge_tiny_pages(_pdf_segments(document), base, max(8, size // 8), size)
+        segments = _merge_tiny_pages(_pdf_segments(document), document.page_starts, base, max(8, size // 8), size)
     elif document.kind == "markdown":
         segments, protected = _markdown_segments(text)
         base = _Splitter(text, protected)

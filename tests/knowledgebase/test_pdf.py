@@ -1,0 +1,146 @@
+"""PDFs as a reader meets them: cited by the page the answer is on, headed by the outline, without
+the running headers and footers every page repeats. Every PDF here is built by pymupdf in the test."""
+
+import pymupdf
+import pytest
+
+from hermes_kb.agent.knowledgebase.chunker import chunk_document
+from hermes_kb.agent.knowledgebase.config import ChunkingConfig
+from hermes_kb.agent.knowledgebase.loaders import load
+
+HEADER = "ACME Frobnicator Manual, revision 7"
+FILLER = ("The housing is made of anodised aluminium and carries the serial plate on its left side. "
+          "Keep the packaging until the unit has passed its first inspection. ")
+
+
+def filler(sentences: int, topic: str) -> str:
+    return " ".join(f"{topic} note {n}: {FILLER}" for n in range(sentences))
+
+
+def write_page(pdf, body: list[str], number: int, running: bool = True) -> None:
+    """A4 page: header and footer in the margins, the body as wrapped paragraphs from the top."""
+    page = pdf.new_page(width=595, height=842)
+    if running:
+        page.insert_text((72, 40), HEADER, fontsize=9)
+        page.insert_text((280, 815), f"Page {number}", fontsize=9)
+    top = 72
+    for paragraph in body:
+        box = pymupdf.Rect(72, top, 523, 800)
+        left = page.insert_textbox(box, paragraph, fontsize=10)
+        assert left >= 0, "the test's paragraph does not fit its page"
+        top = 800 - left + 14
+
+
+def manual(tmp_path, running: bool = True, outline: bool = True):
+    """Four pages; the answer to the torque question opens page 3, right after a full page 2.
+
+    Page 1 is front matter labelled "i", so physical page 3 is printed as page "2": hits must cite 3.
+    """
+    pdf = pymupdf.open()
+    write_page(pdf, ["Frobnicator manual", "Front matter and legal notices."], 1, running)
+    # Sized so that chunks packed over the page break (the old way) put the answer in a chunk that
+    # starts with the foot of page 2: that chunk was cited as page 2.
+    write_page(pdf, ["1 Installation", filler(2, "Unpacking"), "1.1 Requirements", filler(8, "Site")], 2, running)
+    write_page(pdf, ["The calibration torque for the flange bolts is 42 newton metres; tighten them crosswise.",
+                     filler(3, "Mounting"),
+                     "2 Maintenance", "Replace the quixotic gasket every 300 operating hours.",
+                     filler(4, "Service")], 3, running)
+    write_page(pdf, [filler(4, "Cleaning")], 4, running)
+    if outline:
+        pdf.set_toc([[1, "1 Installation", 2], [2, "1.1 Requirements", 2], [1, "2 Maintenance", 3]])
+    pdf.set_page_labels([{"startpage": 0, "prefix": "", "style": "r", "firstpagenum": 1},
+                         {"startpage": 1, "prefix": "", "style": "D", "firstpagenum": 1}])
+    path = tmp_path / "docs" / "manual.pdf"
+    path.parent.mkdir(exist_ok=True)
+    pdf.save(path)
+    return path
+
+
+def top_hit(kb, query):
+    hits = kb.search(query, k=3).hits
+    assert hits, f"no hit for {query!r}"
+    return hits[0]
+
+
+def test_answer_right_after_a_page_break_is_cited_by_its_own_page(tmp_path, make_kb):
+    path = manual(tmp_path)
+    kb = make_kb(path.parent)
+    kb.index()
+    hit = top_hit(kb, "calibration torque flange bolts")
+    assert "42 newton metres" in hit.text
+    assert hit.page == 3  # physical and 1-based: the page is printed "2", the page before holds the text it follows
+    assert hit.heading == "1 Installation > 1.1 Requirements"  # the section runs on over the break
+    assert "Site note" not in hit.text  # nothing of page 2 rides along
+
+
+def test_outline_heads_the_section_a_chunk_starts_in(tmp_path, make_kb):
+    kb = make_kb(manual(tmp_path).parent)
+    kb.index()
+    hit = top_hit(kb, "quixotic gasket operating hours")
+    assert (hit.page, hit.heading) == (3, "2 Maintenance")
+    assert hit.text.startswith("2 Maintenance")
+    front = top_hit(kb, "front matter legal notices")
+    assert (front.page, front.heading) == (1, "")  # before the first outline entry: no heading
+
+
+def test_running_header_and_footer_are_gone_from_hits_and_text(tmp_path, make_kb):
+    path = manual(tmp_path)
+    document = load(path.read_bytes(), "pdf")
+    assert HEADER not in document.text and "Page 3" not in document.text
+    kb = make_kb(path.parent)
+    kb.index()
+    for query in ("calibration torque flange bolts", "Cleaning note anodised aluminium"):
+        hit = top_hit(kb, query)
+        assert "ACME" not in hit.text and "Page " not in hit.text
+
+
+def test_a_two_page_document_keeps_its_repeated_lines(tmp_path):
+    pdf = pymupdf.open()
+    for number in (1, 2):
+        write_page(pdf, [filler(2, f"Part {number}")], number)
+    document = load(pdf.tobytes(), "pdf")
+    assert document.text.count(HEADER) == 2 and "Page 2" in document.text
+
+
+def test_without_an_outline_pdf_chunks_have_no_heading(tmp_path):
+    path = manual(tmp_path, outline=False)
+    chunks = chunk_document(load(path.read_bytes(), "pdf"), "manual.pdf", ChunkingConfig())
+    assert chunks and all(chunk.heading == "" for chunk in chunks)
+
+
+@pytest.mark.parametrize("running", [True, False])
+def test_no_pdf_chunk_crosses_a_page_break_between_pages_of_text(tmp_path, running):
+    document = load(manual(tmp_path, running=running).read_bytes(), "pdf")
+    chunks = chunk_document(document, "manual.pdf", ChunkingConfig(chunk_size=200, chunk_overlap=30))
+    starts = document.page_starts
+    for chunk in chunks:
+        # Page 1 holds a dozen words: a tiny page may join the next, every other break is a cut.
+        crossed = [start for start in starts[2:] if chunk.start_char < start < chunk.end_char]
+        assert not crossed, chunk.text
+        assert starts[chunk.page - 1] <= chunk.start_char or chunk.page == 2
+
+
+def test_a_heading_wrapped_over_two_lines_is_found_by_its_destination(tmp_path):
+    pdf = pymupdf.open()
+    write_page(pdf, [filler(3, "Intro")], 1)
+    write_page(pdf, [filler(2, "Before"), "3 A heading so long that the outline and the page\nbreak it differently",
+                     "Zanzibar paragraph under the long heading."], 2)
+    write_page(pdf, [filler(2, "After")], 3)
+    data = pdf.tobytes()
+    heading_top = next(block[1] for block in pymupdf.open(stream=data)[1].get_text("blocks") if block[4].startswith("3 A"))
+    pdf.set_toc([[1, "3 A heading so long that the outline and the page break it differently", 2,
+                  {"kind": pymupdf.LINK_GOTO, "page": 1, "to": pymupdf.Point(72, 842 - heading_top + 2)}]])
+    document = load(pdf.tobytes(), "pdf")
+    offset, path = document.headings[0]
+    assert document.text[offset:].startswith("3 A heading so long")
+    zanzibar = next(c for c in chunk_document(document, "x.pdf", ChunkingConfig()) if "Zanzibar" in c.text)
+    assert zanzibar.heading == path and zanzibar.page == 2
+
+
+def test_a_tiny_page_joins_the_next_and_is_cited_by_where_its_text_is():
+    from hermes_kb.agent.knowledgebase.loaders import Document
+
+    cover, body = "Cover\n\n", "Torque values for every flange are listed in the table below. " * 6 + "\n\n"
+    document = Document(cover + body, "pdf", (0, len(cover)))
+    chunks = chunk_document(document, "x.pdf", ChunkingConfig(chunk_size=200, chunk_overlap=30))
+    assert len(chunks) == 1 and chunks[0].text.startswith("Cover") and chunks[0].page == 2
