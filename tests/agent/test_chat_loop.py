@@ -125,6 +125,10 @@ def test_at_kb_forces_retrieval_below_threshold(chat):
     runtime.session.ask("@kb tuesday sync")
     content = sent_messages(server)[-1]["content"]
     assert BLOCK_HEADER in content and "meetings.md" in content
+    assert "garden.md" not in content and "deploy.md" not in content  # forcing lowers the bar, it does not remove it
+    script.append(text_reply("No idea."))
+    runtime.session.ask("@kb quantum chromodynamics lattice gauge theory")
+    assert BLOCK_HEADER not in sent_messages(server)[-1]["content"]
 
 
 def test_kb_search_tool_call_is_dispatched_and_result_sent_back(chat):

@@ -35,6 +35,10 @@ _TRIVIAL = {
 }
 FOLLOW_UP_WORDS = 6  # shorter messages borrow the previous turn's topic
 COMPANION_MARGIN = 0.1  # once the gate opens, hits this close to the best one come along
+# `@kb` lowers the bar rather than removing it: the gate opens at this share of relevance_threshold,
+# and companions may trail the best hit by more, but a hit with no evidence still stays out.
+FORCED_SHARE = 0.5
+FORCED_MARGIN = 0.25
 
 
 def is_trivial(message: str) -> bool:
@@ -165,14 +169,16 @@ class AutoRetriever:
         except Exception as exc:  # retrieval must never break a turn
             log.warning("knowledgebase retrieval skipped: %s", exc)
             return None
-        if not hits or (forced is None and confidence(hits) < self.config.relevance_threshold):
+        bar = self.config.relevance_threshold * (FORCED_SHARE if forced else 1.0)
+        if not hits or confidence(hits) < bar:
             return None
+        margin = FORCED_MARGIN if forced else COMPANION_MARGIN
         chosen: list[Hit] = []
         tokens = 0
         for hit in hits:
             if hit.content_hash in self.injected:
                 continue
-            if forced is None and hit.score < hits[0].score - COMPANION_MARGIN:
+            if hit.score < hits[0].score - margin:
                 break
             size = estimate_tokens(hit.text)
             if chosen and tokens + size > self.config.max_context_tokens:
