@@ -221,12 +221,16 @@ def select_code_pairs(pairs: list[CodePair], max_docs: int, package_share: float
     cap = max(1, int(max_docs * package_share))
     taken: Counter[str] = Counter()
     chosen = []
-    for pair in sorted(unique, key=lambda p: _hash("pick|" + p.doc_id)):
+    ordered = sorted(unique, key=lambda p: _hash("pick|" + p.doc_id))
+    for pair in ordered:
         if len(chosen) >= max_docs:
             break
         if taken[pair.package] < cap:
             taken[pair.package] += 1
             chosen.append(pair)
+    if len(chosen) < max_docs:  # too few packages for the cap: fill up in the same order
+        picked = {p.doc_id for p in chosen}
+        chosen += [p for p in ordered if p.doc_id not in picked][: max_docs - len(chosen)]
     return sorted(chosen, key=lambda p: p.doc_id)
 
 
