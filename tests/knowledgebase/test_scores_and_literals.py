@@ -43,3 +43,22 @@ def test_keyword_scores_compare_across_indexes(tmp_path, tree, make_kb):
     # the noise index's best hit matched one word of three: it no longer scores like a full match
     assert by_path.get("palette.md", 0.0) < 0.5 * by_path["tags.md"]
     assert by_path["tags.md"] > 0.9
+
+
+def test_identifiers_match_by_their_parts_and_keep_exact_matches(tree, make_kb):
+    from hermes_kb.agent.knowledgebase.retriever import identifier_terms
+
+    assert identifier_terms("divideLine", ["divideline"]) == ["divide", "line"]
+    assert "divideline" in identifier_terms("divide line", ["divide", "line"])
+    files = {**filler(20, "Geometry helpers for shapes and points."),
+             "snake.py": "def divide_line(segment, parts):\n    return [segment / parts] * parts\n",
+             "camel.js": "function divideLine(segment, parts) {\n  return Array(parts).fill(segment / parts);\n}\n",
+             "pascal.cs": "class Geometry {\n  public static double[] DivideLine(double segment, int parts) { return null; }\n}\n"}
+    kb = make_kb(tree(files))
+    kb.index()
+    found = {h.path for h in kb.search("divide line", k=3, mode="keyword").hits}
+    assert found == {"snake.py", "camel.js", "pascal.cs"}
+    for identifier, path in (("divideLine", "camel.js"), ("DivideLine", "pascal.cs"), ("divide_line", "snake.py")):
+        hits = kb.search(identifier, k=3, mode="keyword").hits
+        assert hits[0].path == path and "exact" in hits[0].found_by, identifier  # the exact spelling first
+        assert {h.path for h in hits} == {"snake.py", "camel.js", "pascal.cs"}, identifier  # and its other spellings

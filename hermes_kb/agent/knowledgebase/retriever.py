@@ -119,6 +119,29 @@ def query_terms(query: str) -> list[str]:
     return [t for t in terms if t not in STOPWORDS] or terms
 
 
+_CAMEL_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+MAX_JOINED_WORDS = 12  # longer queries are prose: joining their words finds nothing and costs lookups
+
+
+def identifier_terms(query: str, terms: Sequence[str]) -> list[str]:
+    """Extra keyword terms so that identifiers match by their parts and parts match identifiers.
+
+    FTS5's tokenizer splits `divide_line` into two words but keeps `divideLine` and `DivideLine` as
+    the one word "divideline". So a camelCase word of the query also searches its parts (finding
+    `divide_line`), and adjacent query words also search their concatenation ("divide line" finds
+    `divideLine`). Both are query-side, so every existing index gets them without a rebuild.
+    """
+    extra = []
+    for word in re.findall(r"[^\W_]+", query):
+        parts = _CAMEL_PART.findall(word)
+        if len(parts) > 1:
+            extra += [part.lower() for part in parts]
+    plain = [w.lower() for w in re.findall(r"[^\W_]+", query) if w.lower() not in STOPWORDS]
+    if len(plain) <= MAX_JOINED_WORDS:
+        extra += ["".join(plain[i:i + n]) for n in (2, 3) for i in range(len(plain) - n + 1)]
+    return [t for t in dict.fromkeys(extra) if t not in terms]
+
+
 def fts_query(terms: Sequence[str]) -> str | None:
     """Every term quoted and OR-ed: user punctuation, AND, NEAR or `*` are never FTS syntax."""
     return " OR ".join(f'"{t}"' for t in terms) if terms else None
@@ -140,7 +163,9 @@ def literals(query: str) -> list[str]:
 
 
 def _holds(text: str, literal: str) -> bool:
-    return " ".join(literal.split()).casefold() in " ".join(text.split()).casefold()
+    """Spacing aside, letter for letter; case counts only where the user typed a capital (`DivideLine`)."""
+    literal, text = " ".join(literal.split()), " ".join(text.split())
+    return literal in text if literal != literal.lower() else literal in text.lower()
 
 
 def _phrase(literal: str) -> str:
@@ -202,6 +227,7 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
     filtered = bool(options.path_glob or options.kind)
     pool = VEC_MAX_K if filtered else max(50, 4 * options.k)
     terms = query_terms(query)
+    searched = terms + identifier_terms(query, terms)  # the scale (keyword_scale) counts the query's own words only
     use_keyword = options.mode in ("hybrid", "keyword") and bool(terms)
     vector_sources = []
     if options.mode in ("hybrid", "vector"):
@@ -220,9 +246,9 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
         # but they give vector candidates their bm25 without a second search.
         depth = max(pool, KEYWORD_SCORE_DEPTH) if options.mode == "hybrid" else pool
         if source.keywords:
-            keyword_scores = source.keywords.search(terms, depth)
+            keyword_scores = source.keywords.search(searched, depth)
         else:
-            match = fts_query(affordable_terms(source.store, terms, options.keyword_row_budget))
+            match = fts_query(affordable_terms(source.store, searched, options.keyword_row_budget))
             keyword_scores = source.store.keyword(match, depth)
         for rank, (chunk_id, score) in enumerate(keyword_scores[:pool]):
             by_source[source.key][chunk_id] = _Candidate(source, chunk_id, bm25=score, found_by=["keyword"],
