@@ -14,9 +14,10 @@ from prompt_toolkit.document import Document
 from rich.console import Console
 
 from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
-from hermes_kb.hermes_cli import kb_command
+from hermes_kb.hermes_cli import index_progress, kb_command
 from hermes_kb.hermes_cli.commands import CommandRegistry, SlashCommand
-from hermes_kb.hermes_cli.kb_command import VERBS, IndexingEstimate, run_kb, run_slash_kb, snippet_lines
+from hermes_kb.hermes_cli.index_progress import IndexingEstimate
+from hermes_kb.hermes_cli.kb_command import VERBS, run_kb, run_slash_kb, snippet_lines
 from hermes_kb.hermes_cli.terminal import short_path
 
 from ..conftest import StubEmbedder
@@ -77,7 +78,7 @@ def test_estimate_is_chunks_left_over_the_measured_rate():
 
 
 def test_one_big_file_moves_the_progress_lines_while_it_embeds(tree, make_kb, monkeypatch):
-    monkeypatch.setattr(kb_command, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(index_progress, "PROGRESS_EVERY_S", 0.0)
     root = tree({"big.md": paragraphs(200, "alpha"), "small.md": "# Small\n\nbeta gamma\n"})
     code, out, err = kb_cli(make_kb(root), "index", "docs")
     assert code == 0 and "docs: 2 added" in out
@@ -88,7 +89,7 @@ def test_one_big_file_moves_the_progress_lines_while_it_embeds(tree, make_kb, mo
 
 
 def test_json_progress_events_go_to_stderr_one_object_per_line(tree, make_kb, monkeypatch):
-    monkeypatch.setattr(kb_command, "PROGRESS_EVERY_S", 0.0)
+    monkeypatch.setattr(index_progress, "PROGRESS_EVERY_S", 0.0)
     root = tree({"big.md": paragraphs(100, "delta"), "b.md": "# B\n\nepsilon\n"})
     code, out, err = kb_cli(make_kb(root), "index", "docs", "--json")
     assert code == 0 and json.loads(out)[0]["added"] == 2
@@ -103,19 +104,19 @@ def test_a_terminal_gets_a_bar_counting_chunks(tree, make_kb):
     root = tree({"big.md": paragraphs(400, "zeta")})
     kb = make_kb(root)
     seen = []
-    original = kb_command.RichProgress.advance
+    original = index_progress.RichProgress.advance
 
     def spy(self, **counts):
         original(self, **counts)
         task = self.progress.tasks[0]
         seen.append((task.completed, task.total))
 
-    kb_command.RichProgress.advance = spy
+    index_progress.RichProgress.advance = spy
     try:
         out, err = consoles(terminal=True)
         assert run_kb(["index", "docs"], lambda: kb, out, err) == 0
     finally:
-        kb_command.RichProgress.advance = original
+        index_progress.RichProgress.advance = original
     assert seen[-1][0] == seen[-1][1] > 0  # the bar ends full, counted in chunks
     assert len({completed for completed, _ in seen}) > 2  # and moved while the one file embedded
 
