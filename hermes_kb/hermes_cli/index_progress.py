@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
 from rich.text import Text
 
-from hermes_kb.agent.knowledgebase.indexer import Progress
+from hermes_kb.agent.knowledgebase import indexer
 
 from .terminal import safe
 
@@ -178,7 +178,7 @@ class LineProgress:
             self._say("finish")
 
 
-def progress_for(err: Console, as_json: bool) -> Callable[[], Progress]:
+def progress_for(err: Console, as_json: bool) -> Callable[[], indexer.Progress]:
     """The progress display that suits where stderr goes: a live bar on a terminal, lines elsewhere."""
     if err.is_terminal and not as_json:
         return lambda: RichProgress(err)
