@@ -82,6 +82,15 @@ class IndexingEstimate:
         parts.append(f"~{_duration(left)} left" if left is not None else "estimating time left")
         return ", ".join(parts)
 
+    def compact(self) -> str:
+        """The same on one terminal line: 40/101 files · 1200 chunks · 6.1/s · ~3 min left"""
+        left, rate = self.seconds_left(), self.chunks_per_second()
+        parts = [f"{self.files}/{self.total_files} files", f"{self.chunks} chunks"]
+        if rate is not None:
+            parts.append(f"{rate:.1f}/s")
+        parts.append(f"~{_duration(left)} left" if left is not None else "estimating")
+        return " · ".join(parts)
+
     def to_dict(self) -> dict:
         left = self.seconds_left()
         return {"directory": self.directory, "files_done": self.files, "files_total": self.total_files,
@@ -98,7 +107,7 @@ class _EstimateColumn(ProgressColumn):
         self.estimate = estimate
 
     def render(self, task) -> Text:
-        return Text(self.estimate.line())
+        return Text(self.estimate.compact(), no_wrap=True, overflow="ellipsis")
 
 
 class RichProgress:
@@ -114,7 +123,7 @@ class RichProgress:
         self.estimate = IndexingEstimate(directory, total_files, total_bytes)
         if total_files == 0:
             return
-        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(), _EstimateColumn(self.estimate),
+        self.progress = Progress(TextColumn("[bold]{task.description}"), BarColumn(bar_width=16), _EstimateColumn(self.estimate),
                                  console=self.console, transient=True)
         self.progress.start()
         self.task = self.progress.add_task(f"indexing {safe(directory)}", total=None)
