@@ -9,11 +9,16 @@ def filler(n: int, words: str) -> dict[str, str]:
 
 def test_literals_are_what_a_user_types_letter_for_letter():
     assert literals("ghcr.io/astral-sh/uv:0.12.0-debian-slim") == ["ghcr.io/astral-sh/uv:0.12.0-debian-slim"]
-    assert literals("what does writer_lock do?") == ["writer_lock", "what does writer_lock do?"]
+    assert literals("writer_lock") == ["writer_lock"]
     assert literals("--no-install-project") == ["--no-install-project"]
     assert literals("divideLine") == ["divideLine"]
     assert literals('the "release train" schedule') == ["release train", 'the "release train" schedule']
+    assert literals("error: the following arguments are required: query") == [
+        "error: the following arguments are required: query"]
     assert literals("deploy") == [] and literals("how deploy") == []
+    # a name inside a question is asked about, not quoted: no exact-first ranking for it
+    assert literals("how to read JSON in Node.js") == ["how to read JSON in Node.js"]
+    assert literals("JavaScript closures") == [] and literals("what does writer_lock do?") == ["what does writer_lock do?"]
 
 
 def test_an_exact_version_string_ranks_its_only_file_first(tree, make_kb):

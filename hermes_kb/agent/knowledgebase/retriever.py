@@ -31,6 +31,7 @@ _TERM = re.compile(r"\w+", re.UNICODE)
 EXACT_FLOOR = 0.9  # a chunk holding a literal of the query letter for letter scores at least this
 EXACT_DEPTH = 50  # chunks per literal checked for the exact text
 MAX_LITERALS = 4
+WHOLE_QUERY_WORDS = 4  # a query this long found letter for letter is a quotation (an error message, a heading)
 # Characters around a word of the query that are sentence punctuation, not part of what was typed.
 _EDGE = "\"'`()[]{}<>,;!?"
 
@@ -148,17 +149,19 @@ def fts_query(terms: Sequence[str]) -> str | None:
 
 
 def literals(query: str) -> list[str]:
-    """What the user means letter for letter: quoted text, words joined by punctuation or written in
-    camelCase (identifiers, paths, flags, versions: `writer_lock`, `ghcr.io/a/b:1.2`, `--no-deps`,
-    `divideLine`), and a whole query of several words (an error message pasted in)."""
+    """What the user means letter for letter: quoted text, a query that is one identifier, path, flag
+    or version (`writer_lock`, `ghcr.io/a/b:1.2`, `--no-deps`, `divideLine`), and a whole query of
+    several words (an error message pasted in). A word like `Node.js` or `JavaScript` inside a
+    question is not one: the question asks about it, it does not quote it."""
     found = [m.strip() for m in re.findall(r'"([^"\n]{2,200})"', query)]
-    for word in query.split():
-        word = word.strip(_EDGE).rstrip(".:")
+    words = query.split()
+    if len(words) == 1:
+        word = words[0].strip(_EDGE).rstrip(".:")
         joined = len(re.findall(r"[^\W_]+", word)) >= 2
         if joined or re.search(r"[a-z][A-Z]", word) or (word.startswith("-") and _TERM.search(word)):
             found.append(word)
-    if len(query.split()) >= 3:
-        found.append(" ".join(query.split()))
+    if len(words) >= WHOLE_QUERY_WORDS:
+        found.append(" ".join(words))
     return list(dict.fromkeys(f for f in found if _TERM.search(f)))[:MAX_LITERALS]
 
 
