@@ -355,15 +355,21 @@ def _assemble(pages: list[_Page], running: set, placed_pages: set[int]
 
 
 def _outline(pdf, pages: list[_Page]) -> list[_OutlineEntry]:
-    """The table of contents (bookmarks), entries pointing nowhere in the file left out."""
+    """The table of contents (bookmarks), entries pointing nowhere in the file left out. A damaged
+    outline costs the headings, never the text: pymupdf raises several unrelated types for it."""
+    try:
+        toc = pdf.get_toc(simple=False)
+    except Exception:
+        log.warning("a PDF's outline could not be read; its chunks get no headings", exc_info=True)
+        return []
     entries = []
-    for item in pdf.get_toc(simple=False):
+    for item in toc:
         level, title, number = item[0], " ".join(str(item[1]).split()), item[2]
         if not title or not 1 <= number <= len(pages):
             continue
         point = item[3].get("to") if len(item) > 3 and isinstance(item[3], dict) else None
-        # The destination is in PDF coordinates, measured up from the page's bottom.
-        top = pages[number - 1].height - point.y if point is not None else None
+        y = getattr(point, "y", None)  # PDF coordinates: measured up from the page's bottom
+        top = pages[number - 1].height - y if isinstance(y, (int, float)) else None
         entries.append(_OutlineEntry(level, title, number - 1, top))
     return entries
 
@@ -378,13 +384,13 @@ def _shows_title(line: str, title: str) -> bool:
 def _entry_offset(entry: _OutlineEntry, lines: list[_PlacedLine], page_start: int) -> int:
     """Where an entry's section begins: the line showing its title, else the first line at its
     destination, else the start of its page."""
-    for line in lines:
-        if _shows_title(line.text, entry.title):
-            return line.offset
-    if entry.top is not None:
-        below = [line for line in lines if line.bottom >= entry.top - RUNNING_HEIGHT_SLACK]
-        if below:
-            return min(below, key=lambda line: (line.top, line.offset)).offset
+    below = [line for line in lines if entry.top is None or line.bottom >= entry.top - RUNNING_HEIGHT_SLACK]
+    for candidates in (below, lines):  # the title above the destination too, should a PDF misplace it
+        for line in candidates:
+            if _shows_title(line.text, entry.title):
+                return line.offset
+    if entry.top is not None and below:
+        return min(below, key=lambda line: (line.top, line.offset)).offset
     return page_start
 
 
