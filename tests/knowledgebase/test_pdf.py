@@ -1,8 +1,12 @@
 """PDFs as a reader meets them: cited by the page the answer is on, headed by the outline, without
 the running headers and footers every page repeats. Every PDF here is built by pymupdf in the test."""
 
+from collections import Counter
+
 import pymupdf
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from hermes_kb.agent.knowledgebase.chunker import chunk_document
 from hermes_kb.agent.knowledgebase.config import ChunkingConfig
@@ -144,3 +148,27 @@ def test_a_tiny_page_joins_the_next_and_is_cited_by_where_its_text_is():
     document = Document(cover + body, "pdf", (0, len(cover)))
     chunks = chunk_document(document, "x.pdf", ChunkingConfig(chunk_size=200, chunk_overlap=30))
     assert len(chunks) == 1 and chunks[0].text.startswith("Cover") and chunks[0].page == 2
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(st.sampled_from("ab \n."), min_size=1, max_size=400),
+       cuts=st.lists(st.integers(1, 400), max_size=5), titles=st.lists(st.integers(0, 400), max_size=4),
+       size=st.integers(8, 80))
+def test_pdf_chunks_are_slices_cited_by_their_pages_and_headed_by_the_outline(text, cuts, titles, size):
+    from hermes_kb.agent.knowledgebase.loaders import Document
+
+    starts = tuple(sorted({0, *(c for c in cuts if c < len(text))}))
+    headings = tuple((offset, f"Section {n}") for n, offset in enumerate(sorted(t for t in titles if t < len(text))))
+    document = Document(text, "pdf", starts, headings)
+    chunks = chunk_document(document, "x.pdf", ChunkingConfig(chunk_size=size, chunk_overlap=size // 4))
+    covered = set()
+    for chunk in chunks:
+        assert chunk.text == text[chunk.start_char:chunk.end_char] and chunk.text.strip() == chunk.text
+        covered.update(range(chunk.start_char, chunk.end_char))
+        pages = Counter(sum(1 for s in starts if s <= i) for i in range(chunk.start_char, chunk.end_char))
+        assert chunk.page == min(pages, key=lambda page: (-pages[page], page))
+        inside = [n for n, (offset, _) in enumerate(headings) if offset <= chunk.start_char]
+        # Headed by the section it starts in (a tiny page joins only a next page of the same section).
+        assert chunk.heading == (headings[inside[-1]][1] if inside else "")
+        assert not any(chunk.start_char < offset < chunk.end_char for offset, _ in headings)
+    assert all(i in covered for i, ch in enumerate(text) if not ch.isspace())

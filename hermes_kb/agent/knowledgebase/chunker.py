@@ -336,8 +336,9 @@ def _page_of(page_starts: tuple[int, ...], start: int, end: int) -> int | None:
         return None
 
     def share(page: int) -> int:
+        page_start = page_starts[page - 1] if page else 0  # page 0: any text before the first page
         page_end = page_starts[page] if page < len(page_starts) else end
-        return min(end, page_end) - max(start, page_starts[page - 1])
+        return min(end, page_end) - max(start, page_start)
 
     return max(range(bisect_right(page_starts, start), bisect_right(page_starts, end - 1) + 1), key=share)
 
