@@ -3,7 +3,8 @@
 For every source file under a directory (default: the installed `rich` package), chunk it with the
 project's chunker and count the chunks whose first line of code (skipping blank lines, decorators
 and comments) opens a definition whose name differs from the last symbol of the chunk's heading
-(`# file: console.py | class: Console | def: _detect_color_system` ends with `_detect_color_system`).
+(`# file: console.py | class: Console | def: _detect_color_system` ends with `_detect_color_system`;
+Python files are judged by `ast`, and must carry the whole path).
 Also times the chunking of the whole directory.
 
     .venv/bin/python -m benchmarks.code_headings [DIR] [--show N] [--json]
@@ -12,6 +13,7 @@ Also times the chunking of the whole directory.
 from __future__ import annotations
 
 import argparse
+import ast
 import json
 import os
 import re
@@ -21,15 +23,19 @@ from pathlib import Path
 
 from hermes_kb.agent.knowledgebase.chunker import chunk_document
 from hermes_kb.agent.knowledgebase.config import ChunkingConfig
-from hermes_kb.agent.knowledgebase.loaders import load
+try:
+    from hermes_kb.agent.knowledgebase.code_units import KIND_GRAMMARS as CODE_KINDS
+except ImportError:  # the chunker before tree-sitter, for a before/after comparison
+    CODE_KINDS = {"python": "python", "javascript": "javascript", "typescript": "typescript"}
+from hermes_kb.agent.knowledgebase.loaders import LoadError, load
 from hermes_kb.agent.knowledgebase.scanner import file_kind
 
 # A line that opens a named definition, per language family: (kind word, name).
 _DEFINITION = re.compile(
     r"^\s*(?:(?:export|default|public|private|protected|internal|static|abstract|final|sealed|partial|async|"
     r"unsafe|pub(?:\([\w:]+\))?|extern|inline|virtual|override|readonly|declare|open)\s+)*"
-    r"(def|class|function|func|fn|interface|struct|enum|trait|module|namespace|record)\b[ \t*]*"
-    r"(?:\([^)]*\)\s*)?([A-Za-z_$][\w$]*)")
+    r"(def|class|function|func|fn|interface|struct|enum|trait|module|namespace|record)(?:[ \t]+|[ \t]*\*[ \t]*)"
+    r"(?:\([^)]*\)\s*)?(?:self\.)?([A-Za-z_$][\w$\\]*)")
 _SKIP = ("@", "#", "//", "/*", "*", "--")
 
 
@@ -44,36 +50,84 @@ def first_code_line(text: str) -> str:
 def heading_symbol(heading: str) -> str:
     """The name in the heading's last part: `def: b` -> b, `class A > def b` -> b."""
     last = heading.split(" | ")[-1]
-    return re.split(r"[\s:.>]+", last.strip())[-1] if last else ""
+    return re.split(r"[\s:.>\\]+", last.strip())[-1] if last else ""
 
 
 def opened_definition(text: str) -> str | None:
-    match = _DEFINITION.match(first_code_line(text))
-    return match.group(2) if match else None
+    line = first_code_line(text)
+    match = _DEFINITION.match(line)
+    return match.group(2) if match and not line.rstrip().endswith(";") else None  # not `struct x;`
+
+
+def python_definitions(text: str) -> dict[int, tuple[str, ...]] | None:
+    """Python's own parser as the oracle: each line a def/class (or one of its decorators) is on ->
+    the definition's path (`class: A`, `def: b`); None when the file does not parse (Python 2)."""
+    try:
+        tree = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError):
+        return None
+    lines: dict[int, tuple[str, ...]] = {}
+
+    def visit(node: ast.AST, path: tuple[str, ...]) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = (*path, ("class: " if isinstance(child, ast.ClassDef) else "def: ") + child.name)
+                first = min([child.lineno, *(d.lineno for d in child.decorator_list)])
+                for line in range(first, child.lineno + 1):
+                    lines.setdefault(line, inner)
+                visit(child, inner)
+            else:
+                visit(child, path)
+
+    visit(tree, ())
+    return lines
+
+
+def _first_code_line_number(chunk) -> int | None:
+    for number, line in enumerate(chunk.text.splitlines(), chunk.start_line):
+        stripped = line.strip()
+        if stripped and not stripped.startswith("#"):
+            return number
+    return None
 
 
 def mismatches(root: Path, config: ChunkingConfig) -> tuple[list[dict], int, int, float]:
-    """(mismatched chunks, chunks starting at a definition, files, seconds spent chunking)."""
+    """(mismatched chunks, chunks starting at a definition, files, seconds spent chunking).
+
+    Python files that parse are judged by `ast` (a def/class line, not one quoted in a docstring) and
+    must carry the definition's whole path; other files by the first code line's keyword and name."""
     found: list[dict] = []
     at_definition = files = 0
     elapsed = 0.0
     for directory, _, names in os.walk(root):
         for name in sorted(names):
             kind = file_kind(name)
-            if kind in ("text", "markdown", "rst", "html", "pdf", "docx", "json", "yaml", "toml"):
+            if kind not in CODE_KINDS:
                 continue
             path = Path(directory, name)
-            document = load(path.read_bytes(), kind)
+            try:
+                document = load(path.read_bytes(), kind)
+            except (LoadError, OSError):
+                continue
             started = time.perf_counter()
             chunks = chunk_document(document, name, config)
             elapsed += time.perf_counter() - started
             files += 1
+            oracle = python_definitions(document.text) if kind == "python" else None
             for chunk in chunks:
-                opened = opened_definition(chunk.text)
-                if opened is None:
-                    continue
+                if oracle is not None:
+                    number = _first_code_line_number(chunk)
+                    expected = oracle.get(number) if number is not None else None
+                    if expected is None:
+                        continue
+                    opened, wrong = expected[-1].split(": ")[-1], chunk.heading.split(" | ")[1:] != list(expected)
+                else:
+                    opened = opened_definition(chunk.text)
+                    if opened is None:
+                        continue
+                    wrong = heading_symbol(chunk.heading) != re.split(r"[\\.:]+", opened)[-1]
                 at_definition += 1
-                if heading_symbol(chunk.heading) != opened:
+                if wrong:
                     found.append({"file": str(path.relative_to(root)), "lines": f"{chunk.start_line}-{chunk.end_line}",
                                   "opens": opened, "heading": chunk.heading})
     return found, at_definition, files, elapsed

@@ -1,5 +1,6 @@
 """Code is chunked at its syntax units: a chunk that begins at a definition is headed by it."""
 
+import ast
 import re
 from pathlib import Path
 
@@ -15,7 +16,6 @@ from hermes_kb.agent.knowledgebase.loaders import Document
 from hermes_kb.agent.knowledgebase.scanner import file_kind
 
 _SKIP = ("@", "#", "//", "/*", "*", "[", "<?php")
-_PY_DEFINITION = re.compile(r"^\s*(?:async\s+)?(?:def|class)\s+(\w+)")
 
 
 def first_code_line(text: str) -> str:
@@ -27,18 +27,39 @@ def first_code_line(text: str) -> str:
     return ""
 
 
+def python_definitions(text: str) -> dict[int, tuple[str, ...]]:
+    """Python's own parser as the oracle: each line of a def/class (or of its decorators) -> the
+    whole path of the definition (`class: A`, `def: b`), nested defs and classes included."""
+    lines: dict[int, tuple[str, ...]] = {}
+
+    def visit(node, path):
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                inner = (*path, ("class: " if isinstance(child, ast.ClassDef) else "def: ") + child.name)
+                for line in range(min([child.lineno, *(d.lineno for d in child.decorator_list)]), child.lineno + 1):
+                    lines.setdefault(line, inner)
+                visit(child, inner)
+            else:
+                visit(child, path)
+
+    visit(ast.parse(text), ())
+    return lines
+
+
 def python_mismatches(root: Path) -> tuple[int, list[str]]:
-    """(chunks beginning at a def/class, those whose heading ends with another name)."""
+    """(chunks whose first code line is a def/class or its decorator, those not headed by its path)."""
     at_definition, wrong = 0, []
     for path in sorted(root.rglob("*.py")):
         text = path.read_text(encoding="utf-8")
+        definitions = python_definitions(text)
         for chunk in chunk_document(Document(text, "python"), path.name, ChunkingConfig()):
-            match = _PY_DEFINITION.match(first_code_line(chunk.text))
-            if match:
+            number = next((n for n, line in enumerate(chunk.text.splitlines(), chunk.start_line)
+                           if line.strip() and not line.strip().startswith("#")), None)
+            if number in definitions:
                 at_definition += 1
-                if not chunk.heading.endswith(f"def: {match.group(1)}") and \
-                        not chunk.heading.endswith(f"class: {match.group(1)}"):
-                    wrong.append(f"{path.name}:{chunk.start_line} {match.group(1)!r} headed {chunk.heading!r}")
+                expected = " | ".join((f"# file: {path.name}", *definitions[number]))
+                if chunk.heading != expected:
+                    wrong.append(f"{path.name}:{chunk.start_line} headed {chunk.heading!r}, not {expected!r}")
     return at_definition, wrong
 
 

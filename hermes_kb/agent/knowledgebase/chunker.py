@@ -351,13 +351,14 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
     size, overlap = config.chunk_size, config.chunk_overlap
     protected: list[tuple[int, int]] = []
     leads: list[str] | None = None  # code cut at syntax units: the heading of each segment's first chunk
+    layout = None  # how tree-sitter cut the code; None: not code, or the regex fallback
     regex_code = False  # the fallback: code cut at top-level definitions found by regular expressions
     if document.kind in _CODE_BOUNDARIES or document.kind in KIND_GRAMMARS:
         base = _Splitter(text, protected)
-        units = code_segments(text, document.kind, file_name, base.tokens, size)
-        if units is not None:
-            segments = [_Segment(u.start, u.end, _unit_heading(file_name, u.heading)) for u in units]
-            leads = [_unit_heading(file_name, u.first) for u in units]
+        layout = code_segments(text, document.kind, file_name, base.tokens, size)
+        if layout is not None:
+            segments = [_Segment(u.start, u.end, _unit_heading(file_name, u.heading)) for u in layout.segments]
+            leads = [_unit_heading(file_name, u.first) for u in layout.segments]
         elif document.kind in _CODE_BOUNDARIES:
             segments = _merge_small(_code_segments(text, document.kind), base, size, size)
             regex_code = True
@@ -388,6 +389,8 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
                 continue
             if regex_code:
                 heading = _code_context(file_name, segment, start, methods)
+            elif layout is not None and (begun := layout.begins(start)) is not None:
+                heading = _unit_heading(file_name, begun)  # a chunk that begins at a definition names it
             page = _page_of(document.page_starts, start, end)
             chunks.append(Chunk(
                 text=text[start:end], start_char=start, end_char=end,

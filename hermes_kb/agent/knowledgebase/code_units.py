@@ -9,7 +9,7 @@ as the chunker packs everything else; a packed chunk is headed by the first defi
 with, so a chunk that starts at a definition always names it last in its heading.
 
 Grammars are the tree-sitter project's own prebuilt wheels (`tree-sitter-python`, ...), one small
-package per language, loaded on first use: no grammar, a parser error or a file past
+package per language, loaded on first use: no grammar, a parser error, a minified file or one past
 MAX_PARSE_BYTES returns None and the chunker falls back to its regular expressions.
 """
 
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib
 import logging
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from typing import Callable, Iterable
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 MAX_PARSE_BYTES = 8_000_000  # past this a file is cut by the regex fallback (a syntax tree costs ~10x the text)
 MAX_DEPTH = 12  # units nested deeper than this stay inside their parent
 MAX_ERROR_SHARE = 0.5  # a parse whose ERROR nodes cover more of the file than this is not trusted
+MINIFIED_LINE = 500  # mean characters per line past which a file is minified: units share lines, so no parse
 
 
 @dataclass(frozen=True)
@@ -43,6 +45,7 @@ _JS_UNITS = {"function_declaration": "function", "generator_function_declaration
              "lexical_declaration": "", "variable_declaration": ""}  # "": the declaration's own keyword
 _TS_UNITS = {**_JS_UNITS, "abstract_class_declaration": "class", "interface_declaration": "interface",
              "type_alias_declaration": "type", "enum_declaration": "enum", "internal_module": "namespace",
+             "function_signature": "function",
              "module": "module"}
 _JS_WRAPPERS = frozenset({"export_statement", "ambient_declaration"})
 
@@ -96,6 +99,7 @@ class Segment:
     heading: tuple[str, ...]
     lead: tuple[str, ...] | None = None
     named: bool = False
+    header: bool = False  # the opening of a unit cut at its children (`class A:` and its docstring)
 
     @property
     def first(self) -> tuple[str, ...]:
@@ -104,12 +108,45 @@ class Segment:
 
 @dataclass
 class _Unit:
-    start_row: int
+    start_row: int  # with the comments and attributes right above it
     end_row: int  # inclusive
     start_byte: int
     end_byte: int
     label: str
     children: list["_Unit"]
+    lead_row: int = 0  # the first row of the comments above it, blank lines between allowed
+    def_row: int = 0  # the row of the definition itself (past decorators and comments)
+    path: tuple[str, ...] = ()
+
+
+class Layout:
+    """How tree-sitter cut one file: the segments, and which definition a chunk begins at."""
+
+    def __init__(self, segments: list[Segment], units: list[_Unit], line_starts: list[int]):
+        self.segments = segments
+        self._line_starts = line_starts
+
+        def offset(row: int) -> int:
+            return line_starts[min(row, len(line_starts) - 1)]
+
+        flat: list[tuple[int, int, int, tuple[str, ...]]] = []
+        stack = list(units)
+        while stack:
+            unit = stack.pop()
+            flat.append((offset(unit.def_row), len(unit.path), offset(unit.lead_row), unit.path))
+            stack.extend(unit.children)
+        flat.sort()
+        self._def_starts = [item[0] for item in flat]
+        self._units = flat
+
+    def begins(self, position: int) -> tuple[str, ...] | None:
+        """The path of the definition a chunk starting at `position` begins with, when only its
+        comments, decorators or blank lines come before it (the outermost of several on one line)."""
+        line = self._line_starts[bisect_right(self._line_starts, position) - 1]
+        index = bisect_left(self._def_starts, line)
+        if index < len(self._units) and self._units[index][2] <= line:
+            return self._units[index][3]
+        return None
 
 
 def grammar_name(kind: str, file_name: str) -> str | None:
@@ -143,11 +180,13 @@ def available(kind: str, file_name: str = "") -> bool:
 
 
 def code_segments(text: str, kind: str, file_name: str, tokens: Callable[[int, int], int],
-                  size: int) -> list[Segment] | None:
+                  size: int) -> Layout | None:
     """Segments tiling `text`, or None when tree-sitter cannot be used (the caller falls back)."""
     grammar = grammar_name(kind, file_name)
     parts = _parser_parts(grammar) if grammar else None
     if parts is None:
+        return None
+    if len(text) > MINIFIED_LINE * (text.count("\n") + 1):
         return None
     data = text.encode("utf-8", "surrogatepass")
     if len(data) > MAX_PARSE_BYTES:
@@ -171,7 +210,7 @@ def code_segments(text: str, kind: str, file_name: str, tokens: Callable[[int, i
 
     segments: list[Segment] = []
     _build(units, 0, len(text), (), False, offset, tokens, size, segments)
-    return _pack(segments, tokens, size)
+    return Layout(_pack(segments, tokens, size), units, line_starts)
 
 
 def _units(data: bytes, grammar: str, parser, unit_query, error_query) -> list[_Unit] | None:
@@ -200,8 +239,9 @@ def _units(data: bytes, grammar: str, parser, unit_query, error_query) -> list[_
         top = node
         while top.parent is not None and top.parent.type in spec.wrappers:
             top = top.parent
-        start_row = _attached_start(top)
-        units.append(_Unit(start_row, top.end_point.row, top.start_byte, top.end_byte, label, []))
+        start_row, lead_row = _attached_start(top)
+        units.append(_Unit(start_row, top.end_point.row, top.start_byte, top.end_byte, label, [],
+                           lead_row, node.start_point.row))
     return _nest(units)
 
 
@@ -217,27 +257,33 @@ def _nest(units: list[_Unit]) -> list[_Unit]:
         while stack and unit.start_byte >= stack[-1][0].end_byte:
             stack.pop()
         if not stack:
+            unit.path = (unit.label,)
             roots.append(unit)
             stack.append((unit, 0))
         elif stack[-1][1] + 1 < MAX_DEPTH:
+            unit.path = (*stack[-1][0].path, unit.label)
             stack[-1][0].children.append(unit)
             stack.append((unit, stack[-1][1] + 1))
     return roots
 
 
-def _attached_start(node) -> int:
-    """The first row of the comments and attributes directly above a node (no blank line between,
-    not trailing code on their own line)."""
-    row = node.start_point.row
+def _attached_start(node) -> tuple[int, int]:
+    """(attached, lead): the first row of the comments and attributes directly above a node (no
+    blank line between; not a comment trailing code), and the first row of those above it when
+    blank lines may come between (a chunk starting there still begins at this definition)."""
+    attached = lead = node.start_point.row
+    detached = False
     previous = node.prev_sibling
-    while previous is not None and ("comment" in previous.type or previous.type in _ATTACHED) \
-            and previous.end_point.row >= row - 1:
+    while previous is not None and ("comment" in previous.type or previous.type in _ATTACHED):
         before = previous.prev_sibling
         if before is not None and before.end_point.row >= previous.start_point.row:
             break  # a comment trailing a line of code belongs to that code
-        row = previous.start_point.row
+        detached = detached or previous.end_point.row < lead - 1
+        lead = previous.start_point.row
+        if not detached:
+            attached = lead
         previous = before
-    return row
+    return attached, lead
 
 
 def _text(node, data: bytes) -> str:
@@ -329,7 +375,8 @@ def _build(units: Iterable[_Unit], start: int, end: int, path: tuple[str, ...], 
         if unit_start < cursor or unit_end <= unit_start:
             continue  # shares a line with what came before: it stays inside that
         if unit_start > cursor:
-            out.append(Segment(cursor, unit_start, path, named=opens and cursor == start))
+            out.append(Segment(cursor, unit_start, path, named=opens and cursor == start,
+                               header=opens and cursor == start))
         label = (*path, unit.label)
         if unit.children and tokens(unit_start, unit_end) > size:
             _build(unit.children, unit_start, unit_end, label, True, offset, tokens, size, out)
@@ -337,17 +384,19 @@ def _build(units: Iterable[_Unit], start: int, end: int, path: tuple[str, ...], 
             out.append(Segment(unit_start, unit_end, label, named=True))
         cursor = unit_end
     if cursor < end:
-        out.append(Segment(cursor, end, path, named=opens and cursor == start))
+        out.append(Segment(cursor, end, path, named=opens and cursor == start, header=opens and cursor == start))
 
 
 def _pack(segments: list[Segment], tokens: Callable[[int, int], int], size: int) -> list[Segment]:
     """Fold small neighbours together: the packed chunk is headed by the first definition it begins
-    with (code before that definition takes its heading; code with none keeps where it starts); a tiny
-    closing gap (`}`, `end`) joins the unit before it, a small opener the unit after it."""
+    with (code before that definition takes its heading; code with none keeps where it starts). A
+    class's opening never joins what comes before it: it opens its own chunk, with its first member
+    when small (the chunk holding `class A` is headed `class: A`). A tiny closing gap (`}`, `end`)
+    joins the unit before it; small loose code (imports, a comment) the unit after it."""
     small = max(8, size // 4)
     packed: list[Segment] = []
     for segment in segments:
-        if not packed:
+        if not packed or segment.header:
             packed.append(segment)
             continue
         previous = packed[-1]
@@ -357,7 +406,7 @@ def _pack(segments: list[Segment], tokens: Callable[[int, int], int], size: int)
             packed[-1] = Segment(previous.start, segment.end, first, None, previous.named or segment.named)
         elif not segment.named and tokens(segment.start, segment.end) < small:  # a closing brace
             packed[-1] = replace(previous, end=segment.end)
-        elif before < small:  # a class line or a comment alone: it opens the next unit's first chunk
+        elif before < small and (previous.header or not previous.named):  # it opens the next unit's first chunk
             first = segment.first if segment.named and not previous.named else previous.first
             packed[-1] = Segment(previous.start, segment.end, segment.heading, first, previous.named or segment.named)
         else:
