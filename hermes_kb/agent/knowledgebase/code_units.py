@@ -100,6 +100,7 @@ class Segment:
     lead: tuple[str, ...] | None = None
     named: bool = False
     header: bool = False  # the opening of a unit cut at its children (`class A:` and its docstring)
+    scope: tuple[str, ...] = ()  # the unit whose body this is: only segments of one scope are packed together
 
     @property
     def first(self) -> tuple[str, ...]:
@@ -376,19 +377,21 @@ def _build(units: Iterable[_Unit], start: int, end: int, path: tuple[str, ...], 
             continue  # shares a line with what came before: it stays inside that
         if unit_start > cursor:
             out.append(Segment(cursor, unit_start, path, named=opens and cursor == start,
-                               header=opens and cursor == start))
+                               header=opens and cursor == start, scope=path))
         label = (*path, unit.label)
         if unit.children and tokens(unit_start, unit_end) > size:
             _build(unit.children, unit_start, unit_end, label, True, offset, tokens, size, out)
         else:
-            out.append(Segment(unit_start, unit_end, label, named=True))
+            out.append(Segment(unit_start, unit_end, label, named=True, scope=path))
         cursor = unit_end
     if cursor < end:
-        out.append(Segment(cursor, end, path, named=opens and cursor == start, header=opens and cursor == start))
+        out.append(Segment(cursor, end, path, named=opens and cursor == start, header=opens and cursor == start,
+                           scope=path))
 
 
 def _pack(segments: list[Segment], tokens: Callable[[int, int], int], size: int) -> list[Segment]:
-    """Fold small neighbours together: the packed chunk is headed by the first definition it begins
+    """Fold small neighbours of one scope together (the methods of a class, never a class's last method
+    with the function after the class): the packed chunk is headed by the first definition it begins
     with (code before that definition takes its heading; code with none keeps where it starts). A
     class's opening never joins what comes before it: it opens its own chunk, with its first member
     when small (the chunk holding `class A` is headed `class: A`). A tiny closing gap (`}`, `end`)
@@ -401,14 +404,17 @@ def _pack(segments: list[Segment], tokens: Callable[[int, int], int], size: int)
             continue
         previous = packed[-1]
         before = tokens(previous.start, previous.end)
-        if before < size and tokens(previous.start, segment.end) <= size:  # one chunk for both
+        same_scope = previous.scope == segment.scope
+        if same_scope and before < size and tokens(previous.start, segment.end) <= size:  # one chunk for both
             first = segment.first if segment.named and not previous.named else previous.first
-            packed[-1] = Segment(previous.start, segment.end, first, None, previous.named or segment.named)
+            packed[-1] = Segment(previous.start, segment.end, first, None, previous.named or segment.named,
+                                 scope=previous.scope)
         elif not segment.named and tokens(segment.start, segment.end) < small:  # a closing brace
             packed[-1] = replace(previous, end=segment.end)
-        elif before < small and (previous.header or not previous.named):  # it opens the next unit's first chunk
+        elif same_scope and before < small and (previous.header or not previous.named):  # opens the next's chunk
             first = segment.first if segment.named and not previous.named else previous.first
-            packed[-1] = Segment(previous.start, segment.end, segment.heading, first, previous.named or segment.named)
+            packed[-1] = Segment(previous.start, segment.end, segment.heading, first, previous.named or segment.named,
+                                 scope=segment.scope)
         else:
             packed.append(segment)
     return packed
