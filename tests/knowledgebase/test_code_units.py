@@ -554,3 +554,19 @@ def test_source_extensions_map_to_their_language():
                 "a.mts": "typescript", "a.tsx": "typescript"}
     assert {name: file_kind(name) for name in expected} == expected
     assert all(kind in code_units.KIND_GRAMMARS for kind in expected.values())
+
+
+def test_a_class_opening_starts_its_own_chunk_and_scopes_are_not_mixed():
+    """From the repository search: `class IgnoreRules` sat inside a chunk headed `def: _invalid`, and
+    its last method shared a chunk with the class after it, which then outranked it for `IgnoreRules`."""
+    methods = "".join(f"    def m{i}(self, path):\n" + "".join(f"        step_{j} = path + {j}\n" for j in range(8))
+                      for i in range(4))
+    text = (f"def small(line):\n    return line.strip()\n\n\nclass Rules:\n    '''Rules.'''\n\n{methods}\n"
+            "    def last(self):\n        return 1\n\n\n@dataclass\nclass Result:\n    rules: Rules\n")
+    chunks = chunk_document(Document(text, "python"), "rules.py", ChunkingConfig(80, 10))
+    holder, = [c for c in chunks if "class Rules:" in c.text]
+    assert holder.heading == "# file: rules.py | class: Rules" and holder.text.startswith("class Rules:")
+    last, = [c for c in chunks if "def last" in c.text]
+    assert "class Result" not in last.text and last.heading.startswith("# file: rules.py | class: Rules")
+    result, = [c for c in chunks if "class Result" in c.text]
+    assert result.heading == "# file: rules.py | class: Result" and result.text.startswith("@dataclass")
