@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import importlib
 import logging
+import os
+import threading
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, replace
 from functools import lru_cache
@@ -82,7 +84,8 @@ GRAMMARS: dict[str, _Grammar] = {
 
 # Document kinds (scanner.KINDS) -> grammar; a file name can pick a closer grammar (.tsx, a C++ header).
 KIND_GRAMMARS = {kind: kind for kind in GRAMMARS if kind != "tsx"}
-_BY_SUFFIX = {".tsx": "tsx", ".h": "cpp"}  # a .h may hold C++: its grammar parses C headers as well
+# (kind, suffix) -> grammar: a .h may hold C++, and the C++ grammar parses C headers as well.
+_BY_SUFFIX = {("typescript", ".tsx"): "tsx", ("c", ".h"): "cpp"}
 
 _BODY_REQUIRED = {"struct_specifier", "union_specifier", "enum_specifier", "class_specifier", "mod_item",
                   "namespace_definition", "internal_module", "module"}
@@ -151,28 +154,39 @@ class Layout:
 
 
 def grammar_name(kind: str, file_name: str) -> str | None:
-    name = file_name.lower()
-    for suffix, grammar in _BY_SUFFIX.items():
-        if name.endswith(suffix) and (kind in ("typescript", "c", "cpp")):
-            return grammar
-    return KIND_GRAMMARS.get(kind)
+    suffix = os.path.splitext(file_name)[1].lower()
+    return _BY_SUFFIX.get((kind, suffix)) or KIND_GRAMMARS.get(kind)
 
 
 @lru_cache(maxsize=None)
-def _parser_parts(grammar: str):
-    """(Parser, units Query, ERROR Query) for a grammar, or None when its package is missing."""
+def _grammar_parts(grammar: str):
+    """(Language, units Query, ERROR Query) for a grammar, or None when its package is missing."""
     spec = GRAMMARS[grammar]
     try:
         import tree_sitter
         module = importlib.import_module(f"tree_sitter_{spec.module}")
         language = tree_sitter.Language(getattr(module, spec.function)())
-        parser = tree_sitter.Parser(language)
         units = tree_sitter.Query(language, "[" + " ".join(f"({t})" for t in spec.units) + "] @unit")
         errors = tree_sitter.Query(language, "(ERROR) @error")
     except Exception as exc:  # ImportError, or a grammar built for another tree-sitter ABI
         log.info("no tree-sitter grammar for %s (%s); its files are cut by the regex fallback", grammar, exc)
         return None
-    return parser, units, errors
+    return language, units, errors
+
+
+_local = threading.local()  # a Parser is not safe to share between threads (a watcher and a search)
+
+
+def _parser_parts(grammar: str):
+    """(Parser, units Query, ERROR Query) for a grammar in this thread, or None without the grammar."""
+    parts = _grammar_parts(grammar)
+    if parts is None:
+        return None
+    parsers = _local.__dict__.setdefault("parsers", {})
+    if grammar not in parsers:
+        import tree_sitter
+        parsers[grammar] = tree_sitter.Parser(parts[0])
+    return parsers[grammar], parts[1], parts[2]
 
 
 def available(kind: str, file_name: str = "") -> bool:
