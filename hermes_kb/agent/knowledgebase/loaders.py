@@ -123,6 +123,8 @@ class _TextExtractor(HTMLParser):
 
     _SKIP = {"script", "style", "noscript", "template", "svg"}
     _BLOCK = {"p", "div", "li", "tr", "br", "section", "article", "pre", "table", "ul", "ol", "blockquote"}
+    # A lookup, not tag[1].isdigit(): "h²" passes isdigit() and int() refuses it (found by fuzzing).
+    _HEADING_LEVELS = {f"h{level}": level for level in range(1, 7)}
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
@@ -132,15 +134,15 @@ class _TextExtractor(HTMLParser):
     def handle_starttag(self, tag: str, attrs) -> None:
         if tag in self._SKIP:
             self._skip_depth += 1
-        elif len(tag) == 2 and tag[0] == "h" and tag[1].isdigit():
-            self.parts.append("\n\n" + "#" * int(tag[1]) + " ")
+        elif tag in self._HEADING_LEVELS:
+            self.parts.append("\n\n" + "#" * self._HEADING_LEVELS[tag] + " ")
         elif tag in self._BLOCK:
             self.parts.append("\n")
 
     def handle_endtag(self, tag: str) -> None:
         if tag in self._SKIP:
             self._skip_depth = max(0, self._skip_depth - 1)
-        elif (len(tag) == 2 and tag[0] == "h" and tag[1].isdigit()) or tag in self._BLOCK:
+        elif tag in self._HEADING_LEVELS or tag in self._BLOCK:
             self.parts.append("\n")
 
     def handle_data(self, data: str) -> None:
