@@ -319,9 +319,10 @@ def test_raw_json_rpc_with_the_real_model_keeps_stdout_clean(tree, hermes_home, 
         assert not found["isError"]
         assert found["structuredContent"]["hits"][0]["uri"] == "kb://docs/deploy.md"
         assert "[S1] docs/deploy.md lines 1-3" in found["content"][0]["text"]
-        for n in range(200):  # ~10 s of embedding on 2 cores: the client leaves long before it is done
+        for n in range(200):  # ~30 s of embedding on 2 cores: the client leaves long before it is done
             (root / f"more/n{n:03}.md").parent.mkdir(exist_ok=True)
-            (root / f"more/n{n:03}.md").write_text(f"# Note {n}\n\nPlants number {n} need water and light.\n")
+            body = " ".join(f"Plant {n}.{m} needs water, light and soil number {m * n}." for m in range(60))
+            (root / f"more/n{n:03}.md").write_text(f"# Note {n}\n\n{body}\n")
         client.send("tools/call", {"name": "kb_index", "arguments": {}})
         time.sleep(0.5)
         process.stdin.close()  # mid-index: the server must not wait for it

@@ -28,7 +28,7 @@ from .indexer import (
     mismatch_message,
 )
 from .keyword_cache import KeywordCache
-from .retriever import SearchError, SearchOptions, SearchResult, SearchSource, search
+from .retriever import SearchError, SearchOptions, SearchResult, SearchSource, search, well_formed
 from .scanner import IgnoreRules, scan
 from .store import (
     IndexBusy,
@@ -297,7 +297,7 @@ class KnowledgeBase:
                path_glob: str | None = None, kind: str | None = None, max_tokens: int | None = None,
                min_score: float | None = None) -> SearchResult:
         """Search; hits from small files that changed since indexing are re-indexed and searched again."""
-        arguments = dict(query=query, k=k, directory=directory, mode=mode, path_glob=path_glob, kind=kind,
+        arguments = dict(query=well_formed(query), k=k, directory=directory, mode=mode, path_glob=path_glob, kind=kind,
                          max_tokens=max_tokens, min_score=min_score)
         result = self._search(**arguments)
         stale: dict[str, set[str]] = {}
