@@ -6,6 +6,9 @@ then re-fused offline. Use it to choose defaults on train, then confirm with
 benchmarks/retrieval.py on test (which goes through the full search path).
 
     python benchmarks/tune_fusion.py --split train
+    python benchmarks/tune_fusion.py .benchmarks-cache/collections/code --pools 75 --alphas 0.7,0.75,0.8 --shares 0,0.5,1
+
+(the code search and docs collections are built by benchmarks/transfer.py).
 """
 
 from __future__ import annotations
@@ -62,7 +65,9 @@ def main() -> None:
     parser.add_argument("dataset", nargs="?", type=Path, default=DEFAULT_DATASET)
     parser.add_argument("--split", default="train")
     parser.add_argument("--pools", default="10,25,50,100", help="k values whose pool max(50, 4k) is gathered")
-    parser.add_argument("--alphas", default="0.3,0.4,0.5,0.6,0.7")
+    parser.add_argument("--alphas", default="0.6,0.65,0.7,0.75,0.8")
+    parser.add_argument("--shares", default=str(retriever.KEYWORD_SCALE_SHARE),
+                        help="values of KEYWORD_SCALE_SHARE to sweep for weighted fusion")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     home = hermes_home()
@@ -75,9 +80,11 @@ def main() -> None:
     for pool_k in (int(p) for p in args.pools.split(",")):
         gathered = gather(kb, dataset.queries, pool_k)
         base = SearchOptions(k=pool_k, mode="hybrid")
-        settings = [(f"weighted alpha={a}", replace(base, alpha=float(a))) for a in args.alphas.split(",")]
-        settings += [(f"rrf k={k}", replace(base, fusion="rrf", rrf_k=k)) for k in (10, 30, 60)]
-        for label, options in settings:
+        settings = [(f"weighted alpha={a} share={share}", replace(base, alpha=float(a)), float(share))
+                    for share in args.shares.split(",") for a in args.alphas.split(",")]
+        settings += [(f"rrf k={k}", replace(base, fusion="rrf", rrf_k=k), 0.0) for k in (10, 30, 60)]
+        for label, options, share in settings:
+            retriever.KEYWORD_SCALE_SHARE = share  # a module constant: this script alone sweeps it
             scores = evaluate(qrels, Run(fuse(gathered, names, options)), ["ndcg@10", "recall@100"])
             rows.append([max(50, 4 * pool_k), label, f"{scores['ndcg@10']:.4f}", f"{scores['recall@100']:.4f}"])
     report(f"Fusion sweep on {dataset.name} {args.split} ({len(dataset.queries)} queries)",

@@ -89,9 +89,9 @@ def _search_content(data: dict) -> tuple[str, dict]:
     lines = [_notice(data), ""]
     for hit in data["hits"]:
         hit["uri"] = file_uri(hit["directory"], hit["path"])
-        page = f" page {hit['page']}" if hit.get("page") else ""
+        where = f"page {hit['page']}" if hit.get("page") else f"lines {hit['lines']}"  # a PDF's lines mean nothing
         heading = f" — {_label(hit['heading'])}" if hit.get("heading") else ""
-        lines += [f"[{hit['id']}] {_label(hit['directory'])}/{_label(hit['path'])} lines {hit['lines']}{page}{heading} "
+        lines += [f"[{hit['id']}] {_label(hit['directory'])}/{_label(hit['path'])} {where}{heading} "
                   f"({hit['uri']})", quote_document(hit["text"].strip()), ""]
     if not data["hits"]:
         lines.append("No results.")

@@ -28,6 +28,12 @@ log = logging.getLogger(__name__)
 MODES = ("hybrid", "vector", "keyword")
 KEYWORD_SCORE_DEPTH = 300  # bm25 past this rank counts as 0 for a vector hit; 1000 gave the same SciFact nDCG@10 (k=30), 2-3 ms slower at 100k
 _TERM = re.compile(r"\w+", re.UNICODE)
+# In hybrid fusion, keyword scores divide by the best bm25 found or this share of the query's full
+# evidence (`keyword_scale`), whichever is higher. 1.0 (keyword mode's choice: a score is the share
+# of the query a chunk matches) cost SciFact test nDCG@10 0.006 in hybrid, as long claims never
+# match every word; 0 let any index's noise score 1.0. Chosen on the train splits of SciFact, code
+# search and docs (benchmarks/tune_fusion.py --share), confirmed on test (docs/benchmarks.md).
+KEYWORD_SCALE_SHARE = 0.5
 EXACT_FLOOR = 0.9  # a chunk holding a literal of the query letter for letter scores at least this
 EXACT_DEPTH = 50  # chunks per literal checked for the exact text
 MAX_LITERALS = 4
@@ -319,6 +325,7 @@ def _fuse(candidates: list[_Candidate], options: SearchOptions) -> list[tuple[fl
     for candidate in candidates:
         top_bm25[candidate.source.key] = max(top_bm25.get(candidate.source.key, 0.0), candidate.bm25 or 0.0)
     alpha = {"vector": 1.0, "keyword": 0.0}.get(options.mode, options.alpha)
+    share = 1.0 if options.mode == "keyword" else KEYWORD_SCALE_SHARE  # keyword mode: the plain evidence share
     scored = []
     for candidate in candidates:
         if options.fusion == "rrf" and options.mode == "hybrid":
@@ -327,7 +334,7 @@ def _fuse(candidates: list[_Candidate], options: SearchOptions) -> list[tuple[fl
             score = sum(1.0 / (options.rrf_k + 1 + r) for r in ranks) * (options.rrf_k + 1) / 2
         else:
             cosine = max(candidate.cosine or 0.0, 0.0)
-            scale = max(top_bm25[candidate.source.key], candidate.keyword_scale) or 1.0
+            scale = max(top_bm25[candidate.source.key], share * candidate.keyword_scale) or 1.0
             score = alpha * cosine + (1.0 - alpha) * (candidate.bm25 or 0.0) / scale
         if candidate.exact:
             score = EXACT_FLOOR + (1.0 - EXACT_FLOOR) * score
