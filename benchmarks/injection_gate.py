@@ -1,25 +1,32 @@
-"""Calibrate the auto-injection gate (`relevance_threshold`).
+"""Calibrate the auto-injection gate (`relevance_threshold`) on two kinds of material.
 
-For every SciFact query of a split, the top hit the chat hook would see
-(default hybrid search, k = max_context_chunks) is relevant or not; for every
-off-topic question in benchmarks/data/offtopic_questions.txt (things a coding
-agent's user asks that this corpus cannot answer) any injection is a false
-one. The gate compares `context.confidence` (best score plus its lead over the
-best other file) with the threshold. For each threshold: precision of injected
-top hits, injection rate, and false injection rate. The smallest threshold
-whose train precision is at least 0.90 (the 0.85 target plus a safety margin)
-and whose false injection rate is at most 5% is chosen. The chosen threshold is then confirmed through the real
-AutoRetriever on the test split.
+- SciFact (claims -> abstracts), train and test splits: a claim is answerable
+  when the block holds one of its relevant abstracts.
+- npm's own docs (/usr/lib/node_modules/npm/docs/content, 91 pages): 60
+  questions a user of npm asks, each labelled by hand with the pages that
+  answer it (benchmarks/data/npm_docs_questions.tsv).
 
-    python benchmarks/injection_gate.py                 # choose on train, confirm on test
-    python benchmarks/injection_gate.py --set relevance_threshold=0.6
+Off-topic: the 201 coding questions in benchmarks/data/offtopic_questions.txt,
+asked of each collection; any injection is a false one.
+
+For every question the hits the chat hook sees (default hybrid search, k =
+max_context_chunks + 1) give the gate's `context.confidence` and the block it
+would inject (the best hit and those within COMPANION_MARGIN of it). An
+injection is right when the block holds an answer file ("block"); the stricter
+"top" counts the best hit only. For each threshold: injection rate, both
+precisions, false injection rate. The smallest threshold whose SciFact-train
+block precision is at least 0.85 and whose false injection rate is at most 2%
+on both collections is chosen, and confirmed through the real AutoRetriever.
+
+    python benchmarks/injection_gate.py                 # choose, confirm, append to docs/benchmarks.md
+    python benchmarks/injection_gate.py --set relevance_threshold=0.8 --no-write
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -27,36 +34,77 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
-from hermes_kb.agent.knowledgebase.context import AutoRetriever, confidence  # noqa: E402
+from hermes_kb.agent.knowledgebase.context import COMPANION_MARGIN, AutoRetriever, confidence  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import load_dataset, workspace  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from benchmarks._report import report  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
 
-OFFTOPIC = Path(__file__).resolve().parent / "data" / "offtopic_questions.txt"
-GRID = [round(0.50 + 0.05 * i, 3) for i in range(21)]
-TARGET_PRECISION, SAFETY_MARGIN, MAX_FALSE_RATE = 0.85, 0.05, 0.05
+DATA = Path(__file__).resolve().parent / "data"
+OFFTOPIC = DATA / "offtopic_questions.txt"
+DOCS_QUESTIONS = DATA / "npm_docs_questions.tsv"
+NPM_DOCS = Path("/usr/lib/node_modules/npm/docs/content")
+GRID = [round(0.50 + 0.025 * i, 3) for i in range(21)]
+MIN_BLOCK_PRECISION, MAX_FALSE_RATE = 0.85, 0.02
 
 
-def top_scores(kb: KnowledgeBase, questions: list[str], k: int) -> list[tuple[float, str | None]]:
-    """The gate's confidence and the top hit's path, searched exactly as AutoRetriever searches."""
-    rows = []
-    for question in questions:
-        hits = kb.search(question, k=k).hits
-        rows.append((confidence(hits), hits[0].path) if hits else (0.0, None))
-    return rows
+@dataclass
+class Collection:
+    name: str
+    kb: KnowledgeBase
+    questions: list[str]
+    answers: list[set[str]]  # the files that answer each question
 
 
-def gate_table(on_topic, relevant_paths, off_topic):
-    table = []
-    for threshold in GRID:
-        injected = [(s, p) for (s, p), rel in zip(on_topic, relevant_paths) if s >= threshold]
-        correct = sum(1 for (s, p), rel in zip(on_topic, relevant_paths) if s >= threshold and p in rel)
-        precision = correct / len(injected) if injected else 1.0
-        table.append((threshold, precision, len(injected) / len(on_topic),
-                      sum(1 for s, _ in off_topic if s >= threshold) / len(off_topic)))
-    return table
+@dataclass
+class Seen:
+    """What the gate saw for one question: its confidence, and whether the top hit / the block is right."""
+    confidence: float
+    top_right: bool
+    block_right: bool
+
+
+def seen(kb: KnowledgeBase, question: str, answers: set[str], k: int) -> Seen:
+    hits = kb.search(question, k=k).hits
+    if not hits:
+        return Seen(0.0, False, False)
+    block = [h for h in hits[: k - 1] if h.score >= hits[0].score - COMPANION_MARGIN]
+    return Seen(confidence(hits), hits[0].path in answers, any(h.path in answers for h in block))
+
+
+def rates(on_topic: list[Seen], off_topic: list[Seen], threshold: float) -> tuple[float, float, float, float]:
+    """(injection rate, top precision, block precision, false injection rate)."""
+    injected = [s for s in on_topic if s.confidence >= threshold]
+    share = len(injected) / len(on_topic)
+    top = sum(s.top_right for s in injected) / len(injected) if injected else 1.0
+    block = sum(s.block_right for s in injected) / len(injected) if injected else 1.0
+    return share, top, block, sum(s.confidence >= threshold for s in off_topic) / len(off_topic)
+
+
+def collections(dataset: Path, overrides: dict, home: Path) -> dict[str, Collection]:
+    config = parse_knowledgebase(overrides)
+    found: dict[str, Collection] = {}
+    embedder = None
+    for split in ("train", "test"):
+        data = load_dataset(dataset, split)
+        names, run_config = workspace(data, config, home)  # the index benchmarks/retrieval.py built
+        kb = KnowledgeBase(run_config, home, embedder_factory=embedder)
+        kb.index()
+        embedder = embedder or kb.embedder
+        by_name = {v: k for k, v in names.items()}
+        found[f"{data.name} {split}"] = Collection(f"{data.name} {split}", kb, list(data.queries.values()),
+                                                   [{by_name[d] for d in data.qrels[q]} for q in data.queries])
+    if NPM_DOCS.is_dir():
+        rows = [line.split("\t") for line in DOCS_QUESTIONS.read_text().splitlines() if line and not line.startswith("#")]
+        docs_config = parse_knowledgebase({**overrides, "directories": [{"path": str(NPM_DOCS), "name": "npm-docs-gate"}]})
+        kb = KnowledgeBase(docs_config, home, embedder_factory=embedder)
+        kb.index()
+        found["npm docs"] = Collection("npm docs", kb, [q for q, _ in rows],
+                                       [set(a.strip().split(",")) for _, a in rows])
+    else:
+        print(f"{NPM_DOCS} is missing (Debian's npm package): docs calibration skipped", file=sys.stderr)
+    return found
 
 
 def main() -> None:
@@ -67,46 +115,39 @@ def main() -> None:
     args = parser.parse_args()
     overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
     config = parse_knowledgebase(overrides)
-    home = hermes_home()
     offtopic = [line.strip() for line in OFFTOPIC.read_text().splitlines() if line.strip()]
-    tables = {}
-    kb = None
-    for split in ("train", "test"):
-        dataset = load_dataset(args.dataset, split)
-        names, run_config = workspace(dataset, config, home)  # the index benchmarks/retrieval.py built
-        kb = KnowledgeBase(run_config, home, embedder_factory=kb.embedder if kb else None)
-        kb.index()
-        by_name = {v: k for k, v in names.items()}
-        relevant = [{by_name[d] for d in dataset.qrels[q]} for q in dataset.queries]
-        on_topic = top_scores(kb, list(dataset.queries.values()), config.max_context_chunks + 1)
-        off = top_scores(kb, offtopic, config.max_context_chunks + 1)
-        tables[split] = (gate_table(on_topic, relevant, off), kb, dataset, relevant)
-    train = tables["train"][0]
-    # Train precision must clear the target with a margin, so the choice holds on unseen queries.
-    chosen = next((t for t, precision, rate, false in train
-                   if precision >= TARGET_PRECISION + SAFETY_MARGIN and false <= MAX_FALSE_RATE),
-                  GRID[-1])
-    rows = [[t, f"{p_tr:.3f}", f"{r_tr:.3f}", f"{p_te:.3f}", f"{r_te:.3f}", f"{f_te:.3f}", "◀" if t == chosen else ""]
-            for (t, p_tr, r_tr, _), (_, p_te, r_te, f_te) in zip(train, tables["test"][0])]
-    report(f"Injection gate on {args.dataset.name} ({len(offtopic)} off-topic questions)",
-           ["threshold", "precision train", "inject rate train", "precision test", "inject rate test",
-            "false injection (off-topic)", "chosen"], rows, write=not args.no_write)
-    # Confirm through the real hook code path on test.
-    _, kb, dataset, relevant = tables["test"]
-    gated = replace(kb.config, relevance_threshold=chosen)
-    injected = correct = false = 0
-    for question, rel in zip(dataset.queries.values(), relevant):
-        block = AutoRetriever(kb, gated).block_for(question)
-        if block:
-            injected += 1
-            correct += block.hits[0].path in rel
-    for question in offtopic:
-        false += AutoRetriever(kb, gated).block_for(question) is not None
-    report(f"Injection gate through AutoRetriever, relevance_threshold={chosen}, {dataset.name} test",
-           ["queries", "injected", "precision of injected top hits", "injection rate", "off-topic questions",
-            "false injections", "false injection rate"],
-           [[len(relevant), injected, f"{correct / max(injected, 1):.3f}", f"{injected / len(relevant):.3f}",
-             len(offtopic), false, f"{false / len(offtopic):.3f}"]], write=not args.no_write)
+    k = config.max_context_chunks + 1
+    found = collections(args.dataset, overrides, hermes_home())
+    measured = {name: ([seen(c.kb, q, a, k) for q, a in zip(c.questions, c.answers)],
+                       [seen(c.kb, q, set(), k) for q in offtopic]) for name, c in found.items()}
+    train = f"{args.dataset.name} train"
+    chosen = next((t for t in GRID if rates(*measured[train], t)[2] >= MIN_BLOCK_PRECISION
+                   and all(rates(*m, t)[3] <= MAX_FALSE_RATE for m in measured.values())), GRID[-1])
+    rows = []
+    for threshold in GRID:
+        row = [threshold]
+        for name in measured:
+            share, top, block, false = rates(*measured[name], threshold)
+            row.append(f"{share:.2f} · {top:.2f} / {block:.2f} · {false:.3f}")
+        rows.append(row + ["◀" if threshold == chosen else ""])
+    report(f"Injection gate: injection rate · precision top / block · false injection ({len(offtopic)} off-topic)",
+           ["threshold", *measured, "chosen"], rows, write=not args.no_write)
+    # Confirm through the real hook code path at the configured threshold and at the chosen one.
+    confirm = []
+    for threshold in dict.fromkeys([config.relevance_threshold, chosen]):
+        for name, c in found.items():
+            if name == train:
+                continue
+            gated = replace(c.kb.config, relevance_threshold=threshold)
+            blocks = [AutoRetriever(c.kb, gated).block_for(q) for q in c.questions]
+            injected = [(b, a) for b, a in zip(blocks, c.answers) if b]
+            right = sum(any(h.path in a for h in b.hits) for b, a in injected)
+            false = sum(AutoRetriever(c.kb, gated).block_for(q) is not None for q in offtopic)
+            confirm.append([threshold, name, len(c.questions), len(injected), f"{len(injected) / len(c.questions):.3f}",
+                            f"{right / max(len(injected), 1):.3f}", f"{false}/{len(offtopic)}"])
+    report("Injection gate through AutoRetriever", ["relevance_threshold", "collection", "questions", "injected",
+                                                     "injection rate", "precision (block)", "false injections"],
+           confirm, write=not args.no_write)
 
 
 if __name__ == "__main__":

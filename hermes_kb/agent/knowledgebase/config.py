@@ -118,7 +118,7 @@ class KnowledgebaseConfig:
     rrf_k: int = 60
     min_score: float = 0.05
     keyword_row_budget: int | None = 5000  # rows FTS5 may score per query; None never drops query words
-    relevance_threshold: float = 0.9  # on context.confidence; calibrated by benchmarks/injection_gate.py
+    relevance_threshold: float = 0.75  # on context.confidence; calibrated by benchmarks/injection_gate.py
     max_context_chunks: int = 4
     max_context_tokens: int = 1200
     auto_retrieve: bool = True
