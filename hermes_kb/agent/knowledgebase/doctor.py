@@ -77,7 +77,7 @@ def _examine_contents(name: str, path: Path, store: IndexStore) -> list[Finding]
     findings = []
     missing = store.chunks_without_vectors()  # counts every vector once: at most once per index
     if missing or store.reembed_pending():
-        findings.append(Finding(name, f"{missing} chunks of {name} have no vector (a re-embed was cut short).",
+        findings.append(Finding(name, f"{missing} chunks of {name} have no vector (an index run is embedding them or was cut short).",
                                 f"`hermes kb index {name}` embeds them"))
     generation, has_chunks = store.generation(), store.counts()["chunks"] > 0
     for label, module in CACHES.items():

@@ -1,8 +1,16 @@
 """Bring one directory's index in line with the files on disk.
 
 Order of work: stat-only diff, then hash only files whose stat moved, then
-load/chunk/embed only files whose content moved, written one transaction per
-file; deletions go last so a renamed file can reuse its old vectors.
+load/chunk only files whose content moved, written one transaction per file at
+once (keyword-searchable), with the vectors it can reuse; the vectors of new
+chunk texts follow in batches. Deletions go last so a renamed file can reuse
+its old vectors.
+
+Keyword first: embedding is the slow part (minutes for a few thousand files),
+so chunks reach FTS5 before their vectors, and hybrid search meanwhile ranks
+them by what exists. Until every chunk has its vectors the index carries the
+re-embed journal (`reembed_pending`), so a run cut short is finished by the
+next one, whatever the files' stat says.
 """
 
 from __future__ import annotations
@@ -11,14 +19,13 @@ import hashlib
 import json
 import logging
 import time
-from collections import Counter
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Protocol
 
 import numpy as np
 
 from . import keyword_cache, vector_cache
-from .chunker import Chunk, chunk_document, chunker_signature
+from .chunker import chunk_document, chunker_signature
 from .config import DirectoryConfig, KnowledgebaseConfig
 from .embeddings import Embedder, ModelIdentity
 from .file_access import read_inside
@@ -29,7 +36,8 @@ from .store import FileRow, IndexStore, StoreError, index_files
 
 log = logging.getLogger(__name__)
 
-EMBED_BATCH_CHUNKS = 64  # chunks gathered across files per embedding pass and write burst; also windows per embed call
+EMBED_BATCH_CHUNKS = 64  # chunks per embedding pass and vector write; also windows per embed call
+KEYWORD_AHEAD_CHUNKS = 20_000  # chunks written ahead of their vectors (their texts wait in memory: ~30 MB)
 REPORTED_SKIPS = "reported_skips"  # meta key: skips already told to the user, not repeated while they stay the same
 SECRETS_VERSION = 1  # part of the chunking signature: a change re-chunks every file (vectors are reused)
 
@@ -95,12 +103,11 @@ def content_hash(data: bytes) -> str:
 
 
 @dataclass
-class _Pending:
-    file: ScannedFile
-    digest: str
-    kind: str
-    chunks: list[Chunk]
-    is_new: bool
+class _Waiting:
+    """A chunk written without vectors, and the texts its vectors come from."""
+    chunk_id: int
+    content_hash: str
+    embed_texts: list[str]
 
 
 class _Run:
@@ -112,7 +119,8 @@ class _Run:
         self.embedder_factory, self.progress, self.full, self.only = embedder_factory, progress, full, only
         self.embedder: Embedder | None = None
         self.summary = IndexSummary(directory.name, str(directory.path))
-        self.pending: list[_Pending] = []
+        self.waiting: list[_Waiting] = []
+        self.journal_was_open = store.reembed_pending()  # a run before this one left chunks without vectors
         self.passing_skips: list[tuple[str, str]] = []  # skips not recorded in the files table: told once
 
     def _embedder(self) -> Embedder:
@@ -131,37 +139,20 @@ class _Run:
                 self.store.pin_model(self.embedder.identity)
         return self.embedder
 
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        hashes = [c.content_hash for p in self.pending for c in p.chunks]
-        # The model check comes first: on a model change it drops every reusable vector.
-        embedder = self._embedder() if hashes else None
-        known = self.store.vectors_by_hash(hashes) if hashes else {}
-        texts: dict[str, list[str]] = {}
-        for item in self.pending:
-            for chunk in item.chunks:
-                if chunk.content_hash not in known:
-                    texts.setdefault(chunk.content_hash, chunk.embed_texts)
-        uses = Counter(hashes)  # a chunk text repeated in the batch is embedded once and counts for each use
-        self.progress.advance(chunks=sum(n for digest, n in uses.items() if digest not in texts))
-        for batch in _batches(list(texts.items()), EMBED_BATCH_CHUNKS):
-            flat = embedder.embed_documents([text for _, windows in batch for text in windows])
+    def embed_waiting(self) -> None:
+        """Vectors for the chunks written without them, a batch at a time (progress moves, a crash
+        loses one batch); a text repeated across chunks is embedded once."""
+        by_hash: dict[str, list[_Waiting]] = {}
+        for item in self.waiting:
+            by_hash.setdefault(item.content_hash, []).append(item)
+        self.waiting = []
+        for batch in _batches([(digest, items[0].embed_texts) for digest, items in by_hash.items()], EMBED_BATCH_CHUNKS):
+            flat = self._embedder().embed_documents([text for _, windows in batch for text in windows])
             ends = np.cumsum([len(windows) for _, windows in batch])
-            known.update(zip((digest for digest, _ in batch), np.split(flat, ends[:-1])))
-            self.progress.advance(chunks=sum(uses[digest] for digest, _ in batch))
-        self.summary.chunks_embedded += len(texts)
-        self.summary.chunks_reused += len(hashes) - len(texts)
-        for item in self.pending:
-            vectors = [known[c.content_hash] for c in item.chunks] if item.chunks else None
-            self.store.write_file(item.file.rel_path, item.file.size, item.file.mtime_ns, item.digest,
-                                  item.kind, item.chunks, vectors)
-            if item.is_new:
-                self.summary.added += 1
-            else:
-                self.summary.changed += 1
-            self.progress.advance(files=1)
-        self.pending = []
+            vectors = dict(zip((digest for digest, _ in batch), np.split(flat, ends[:-1])))
+            self.store.add_vectors({item.chunk_id: vectors[digest] for digest, _ in batch for item in by_hash[digest]})
+            self.progress.advance(chunks=sum(len(by_hash[digest]) for digest, _ in batch))
+        self.summary.chunks_embedded += len(by_hash)
 
     def process(self, file: ScannedFile, row: FileRow | None, rechunk: bool) -> None:
         try:
@@ -194,9 +185,29 @@ class _Run:
             self.progress.advance(files=1, chunked_bytes=file.size)
             return
         self.progress.advance(chunked_bytes=file.size, chunks_planned=len(chunks))
-        self.pending.append(_Pending(file, digest, file.kind, chunks, row is None))
-        if sum(len(p.chunks) for p in self.pending) >= EMBED_BATCH_CHUNKS:
-            self.flush()
+        known: dict[str, np.ndarray] = {}
+        if chunks:
+            self._embedder()  # the model check comes first: on a model change it drops every reusable vector
+            known = self.store.vectors_by_hash([c.content_hash for c in chunks])
+        if len(known) < len({c.content_hash for c in chunks}) and not self.store.reembed_pending():
+            self.store.set_meta(reembed_pending=1)  # the journal: these chunks wait for vectors
+        ids = self.store.write_file(file.rel_path, file.size, file.mtime_ns, digest, file.kind, chunks,
+                                    [known.get(c.content_hash) for c in chunks])
+        reused = 0
+        for chunk_id, chunk in zip(ids, chunks):
+            if chunk.content_hash in known:
+                reused += 1
+            else:
+                self.waiting.append(_Waiting(chunk_id, chunk.content_hash, chunk.embed_texts))
+        self.summary.chunks_reused += reused
+        self.progress.advance(chunks=reused)
+        if row is None:
+            self.summary.added += 1
+        else:
+            self.summary.changed += 1
+        self.progress.advance(files=1)
+        if len(self.waiting) >= KEYWORD_AHEAD_CHUNKS:
+            self.embed_waiting()
 
     def run(self) -> IndexSummary:
         started = time.perf_counter()
@@ -231,10 +242,13 @@ class _Run:
         try:
             for file, row in todo:
                 self.process(file, row, rechunk or file.rel_path in unfinished)
-            self.flush()
+            self.embed_waiting()
             present = {f.rel_path for f in scanned.files}
             self.summary.removed = self.store.delete_files([p for p in existing if p not in present])
-            if unfinished and self.only is None and not self.store.files_without_vectors():
+            # Every chunk this run wrote has its vectors now. Chunks an earlier run left without them were
+            # redone if their files were in this run (an unreadable or partial run's other files were not).
+            if self.store.reembed_pending() and (not self.journal_was_open or (
+                    self.only is None and not self.store.files_without_vectors())):
                 self.store.finish_reembed()
             self.summary.skipped[:0] = self._not_yet_reported(self.passing_skips)
             self.store.set_meta(root=str(root), chunker=signature, updated_at=time.time())

@@ -473,8 +473,8 @@ class KnowledgeBase:
             if store.reembed_pending():
                 row["chunks_without_vectors"] = store.chunks_without_vectors()
                 row["vector_search"] = (f"{row['chunks_without_vectors']} chunks of {directory.name} still wait for "
-                                        f"vectors (a re-embed was cut short); run `hermes kb index {directory.name}` "
-                                        f"to finish it.")
+                                        f"vectors (keyword search has them); an index run under way embeds them, "
+                                        f"else `hermes kb index {directory.name}` finishes them.")
             for kind, (module, _) in DERIVED_COPIES.items():
                 row[kind] = module.state(module.cache_path(path), store.generation())  # current, stale or corrupt
             if row["keyword_cache"] == "stale" and keyword_cache.over_limit(store):

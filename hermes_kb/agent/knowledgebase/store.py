@@ -344,9 +344,11 @@ class IndexStore:
         self.conn.execute(f"DELETE FROM chunks WHERE file_id IN ({marks})", file_ids)
 
     def write_file(self, path: str, size: int, mtime_ns: int, content_hash: str, kind: str,
-                   chunks: Sequence[Chunk], vectors: Sequence[np.ndarray] | None, error: str | None = None) -> None:
-        """Replace everything known about one file, atomically. `vectors[i]` holds chunk i's window
-        vectors, one row each (a single 1-D vector is one window)."""
+                   chunks: Sequence[Chunk], vectors: Sequence[np.ndarray | None] | None,
+                   error: str | None = None) -> list[int]:
+        """Replace everything known about one file, atomically, and return its chunk ids. `vectors[i]`
+        holds chunk i's window vectors, one row each (a single 1-D vector is one window); a chunk
+        whose entry is None (or every chunk, with vectors None) waits for `add_vectors`."""
         with self.transaction():
             generation = self._bump_generation()
             row = self.conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
@@ -359,18 +361,31 @@ class IndexStore:
                 file_id = self.conn.execute(
                     "INSERT INTO files(path, size, mtime_ns, content_hash, kind, chunk_count, indexed_at, error) VALUES (?,?,?,?,?,?,?,?)",
                     (path, size, mtime_ns, content_hash, kind, len(chunks), time.time(), error)).lastrowid
+            ids: list[int] = []
             for ord_, chunk in enumerate(chunks):
                 chunk_id = self.conn.execute(
                     "INSERT INTO chunks(file_id, ord, text, start_char, end_char, start_line, end_line, page, heading, content_hash) "
                     "VALUES (?,?,?,?,?,?,?,?,?,?)",
                     (file_id, ord_, chunk.text, chunk.start_char, chunk.end_char, chunk.start_line, chunk.end_line,
                      chunk.page, chunk.heading, chunk.content_hash)).lastrowid
+                ids.append(chunk_id)
                 self.conn.execute("INSERT INTO chunk_terms(chunk_id, tokens, terms, written) VALUES (?, ?, ?, ?)",
                                   (chunk_id, *keyword_cache.chunk_terms(chunk.text, chunk.heading), generation))
-                if vectors is not None:
-                    windows = np.atleast_2d(vectors[ord_])
-                    self.conn.executemany("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)",
-                                          zip(vector_cache.vector_ids(chunk_id, len(windows)), map(_blob, windows)))
+                if vectors is not None and vectors[ord_] is not None:
+                    self._insert_vectors(chunk_id, vectors[ord_])
+        return ids
+
+    def _insert_vectors(self, chunk_id: int, vectors: np.ndarray) -> None:
+        windows = np.atleast_2d(vectors)
+        self.conn.executemany("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)",
+                              zip(vector_cache.vector_ids(chunk_id, len(windows)), map(_blob, windows)))
+
+    def add_vectors(self, vectors: dict[int, np.ndarray]) -> None:
+        """Window vectors for chunks written earlier without them (keyword-first indexing), atomically."""
+        with self.transaction():
+            self._bump_generation()
+            for chunk_id, windows in vectors.items():
+                self._insert_vectors(chunk_id, windows)
 
     def delete_files(self, paths: Iterable[str]) -> int:
         paths = list(paths)
