@@ -84,3 +84,20 @@ def test_an_edited_file_reuses_the_vectors_of_its_unchanged_chunks(tree, make_kb
     assert first.chunks_embedded > 3 and again.chunks_reused >= first.chunks_embedded - 1
     assert again.chunks_embedded <= 2
     assert np.isfinite(kb.search("part new paragraph", k=1).hits[0].score)
+
+
+def test_a_folder_indexed_by_path_is_searchable_by_name_while_it_embeds(tree, make_kb):
+    root = tree(notes(10), root=tree({}).parent / "adhoc")
+    gated = GatedEmbedder()
+    writer = make_kb(embedder=gated)
+    run = threading.Thread(target=lambda: writer.index(str(root)))
+    run.start()
+    try:
+        assert gated.waiting.wait(30)
+        reader = make_kb()  # nothing configured: the folder is known by its index alone
+        hits = reader.search("wombatfrost valve number 7", k=1, directory="adhoc", mode="keyword").hits
+        assert hits and hits[0].path == "note007.md"
+        assert [row["name"] for row in reader.status()] == ["adhoc"]
+    finally:
+        gated.release.set()
+        run.join(30)

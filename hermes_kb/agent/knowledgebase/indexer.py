@@ -238,6 +238,10 @@ class _Run:
                 self.summary.unchanged += 1  # a file skipped when it changed is not reported again
             else:
                 todo.append((file, row))
+        if todo and self.store.meta("root") != str(root):
+            # Written first: a folder indexed by path is found by searches (and status) from its first
+            # written file on, not only once the run has finished embedding.
+            self.store.set_meta(root=str(root))
         self.progress.start(self.directory.name, len(todo), sum(file.size for file, _ in todo))
         try:
             for file, row in todo:

@@ -173,7 +173,7 @@ class KnowledgeBase:
 
     def orphans(self) -> list[Orphan]:
         """Index files under HERMES_HOME that belong to no folder one can name: cut short before their
-        first run finished, unreadable, or their folder renamed or deleted. Status lists them and
+        first run wrote a file, unreadable, or their folder renamed or deleted. Status lists them and
         `hermes kb clear NAME` (the file's name) removes them."""
         return [orphan for _, orphan in self._unlisted_indexes() if orphan is not None]
 
@@ -195,7 +195,7 @@ class KnowledgeBase:
             # The file is named NAME-DIGEST.sqlite: the name chosen at its first run, the digest its folder's path.
             name, _, digest = path.stem.rpartition("-")
             if not root:
-                found.append((None, Orphan(path, None, "its first index run did not finish")))
+                found.append((None, Orphan(path, None, "its first index run stopped before it wrote a file")))
             elif not Path(root).is_dir():
                 found.append((None, Orphan(path, root, f"its folder {root} is gone (renamed or deleted)")))
             elif Path(root) in configured_roots:
