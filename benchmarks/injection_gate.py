@@ -11,7 +11,7 @@ asked of each collection; any injection is a false one.
 
 For every question the hits the chat hook sees (default hybrid search, k =
 max_context_chunks + 1) give the gate's `context.confidence` and the block it
-would inject (the best hit and those within COMPANION_MARGIN of it). An
+would inject (`AutoRetriever.choose`: the best hit and those close to it). An
 injection is right when the block holds an answer file ("block"); the stricter
 "top" counts the best hit only. For each threshold: injection rate, both
 precisions, false injection rate. The smallest threshold whose SciFact-train
@@ -34,7 +34,7 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
-from hermes_kb.agent.knowledgebase.context import COMPANION_MARGIN, AutoRetriever, confidence  # noqa: E402
+from hermes_kb.agent.knowledgebase.context import AutoRetriever, confidence  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import load_dataset, workspace  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from benchmarks._report import report  # noqa: E402
@@ -65,11 +65,11 @@ class Seen:
     block_right: bool
 
 
-def seen(kb: KnowledgeBase, question: str, answers: set[str], k: int) -> Seen:
-    hits = kb.search(question, k=k).hits
+def seen(hook: AutoRetriever, question: str, answers: set[str], k: int) -> Seen:
+    hits = hook.kb.search(question, k=k).hits
     if not hits:
         return Seen(0.0, False, False)
-    block = [h for h in hits[: k - 1] if h.score >= hits[0].score - COMPANION_MARGIN]
+    block = hook.choose(hits)  # what the hook would inject once the gate opens (it never injects here)
     return Seen(confidence(hits), hits[0].path in answers, any(h.path in answers for h in block))
 
 
@@ -118,8 +118,9 @@ def main() -> None:
     offtopic = [line.strip() for line in OFFTOPIC.read_text().splitlines() if line.strip()]
     k = config.max_context_chunks + 1
     found = collections(args.dataset, overrides, hermes_home())
-    measured = {name: ([seen(c.kb, q, a, k) for q, a in zip(c.questions, c.answers)],
-                       [seen(c.kb, q, set(), k) for q in offtopic]) for name, c in found.items()}
+    hooks = {name: AutoRetriever(c.kb, c.kb.config) for name, c in found.items()}
+    measured = {name: ([seen(hooks[name], q, a, k) for q, a in zip(c.questions, c.answers)],
+                       [seen(hooks[name], q, set(), k) for q in offtopic]) for name, c in found.items()}
     train = f"{args.dataset.name} train"
     chosen = next((t for t in GRID if rates(*measured[train], t)[2] >= MIN_BLOCK_PRECISION
                    and all(rates(*m, t)[3] <= MAX_FALSE_RATE for m in measured.values())), GRID[-1])

@@ -176,6 +176,18 @@ class AutoRetriever:
         bar = self.config.relevance_threshold * (FORCED_SHARE if forced else 1.0)
         if not hits or confidence(hits) < bar:
             return None
+        chosen = self.choose(hits, forced is not None)
+        if not chosen:
+            return None
+        self.injected.update(hit.content_hash for hit in chosen)
+        block = ContextBlock(render_block(chosen, first_id=self.next_id), chosen, query, forced is not None, self.next_id)
+        self.next_id += len(chosen)
+        self.cited.update((record["id"], record) for record in block.sources())
+        return block
+
+    def choose(self, hits: list[Hit], forced: bool = False) -> list[Hit]:
+        """The hits a block carries once the gate is open: the best one and those close to it, not
+        injected before, within the chunk and token budgets (benchmarks/injection_gate.py scores these)."""
         margin = FORCED_MARGIN if forced else COMPANION_MARGIN
         chosen: list[Hit] = []
         tokens = 0
@@ -193,13 +205,7 @@ class AutoRetriever:
             tokens += size
             if len(chosen) >= self.config.max_context_chunks:
                 break
-        if not chosen:
-            return None
-        self.injected.update(hit.content_hash for hit in chosen)
-        block = ContextBlock(render_block(chosen, first_id=self.next_id), chosen, query, forced is not None, self.next_id)
-        self.next_id += len(chosen)
-        self.cited.update((record["id"], record) for record in block.sources())
-        return block
+        return chosen
 
     def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)

@@ -148,7 +148,7 @@ def identifier_terms(query: str, terms: Sequence[str]) -> list[str]:
         parts = _CAMEL_PART.findall(words[0])
         if len(parts) > 1:
             extra += [part.lower() for part in parts]
-    plain = [w.lower() for w in re.findall(r"[^\W_]+", query) if w.lower() not in STOPWORDS]
+    plain = [w.lower() for w in words if w.lower() not in STOPWORDS]
     if len(plain) <= MAX_JOINED_WORDS:
         extra += ["".join(plain[i:i + n]) for n in (2, 3) for i in range(len(plain) - n + 1)]
     return [t for t in dict.fromkeys(extra) if t not in terms]
