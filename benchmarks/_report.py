@@ -12,6 +12,7 @@ from rich.console import Console
 from rich.table import Table
 
 DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+FIGURES = DOCS.parent / "figures"  # the latest figures of some benchmarks as JSON, drawn by benchmarks/chart.py
 
 
 def write_notes(root: Path, count: int, folders: int = 100) -> Path:
@@ -54,3 +55,14 @@ def report(title: str, columns: list[str], rows: list[list[object]], command: st
     lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
     with open(DOCS, "a", encoding="utf-8") as handle:
         handle.write("\n".join(lines) + "\n")
+
+
+def save_figures(name: str, figures: list[dict]) -> Path:
+    """docs/figures/<name>.json: the machine, the command and the figures of the latest run."""
+    import json
+
+    FIGURES.mkdir(exist_ok=True)
+    path = FIGURES / f"{name}.json"
+    path.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "machine": machine(),
+                                "command": "python " + " ".join(sys.argv), "figures": figures}, indent=1) + "\n")
+    return path

