@@ -10,6 +10,8 @@ cache replaces, the rebuild time of the vector and keyword caches, and the peak 
 process that opens the index and answers the same hybrid queries.
 
     python benchmarks/query_latency.py --sizes 10000,100000,1000000
+
+The figures also go to docs/figures/query_latency.json, which benchmarks/chart.py draws.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E4
 from hermes_kb.agent.knowledgebase.evaluation import load_dataset, percentile, workspace  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from hermes_kb.agent.knowledgebase.store import IndexStore, index_size_bytes  # noqa: E402
-from benchmarks._report import peak_rss_mb, report  # noqa: E402
+from benchmarks._report import peak_rss_mb, report, save_figures  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
 
@@ -121,7 +123,7 @@ def main() -> None:
     texts, vectors = real_chunks(home)
     queries = list(load_dataset(DEFAULT_DATASET, "test").queries.values())[: args.queries]
     rng = np.random.default_rng(7)
-    rows = []
+    rows, figures = [], []
     with tempfile.TemporaryDirectory() as scratch:
         for size in (int(s) for s in args.sizes.split(",")):
             kb, matrix, starts, rebuild = build(Path(scratch) / f"n{size}", size, texts, vectors, rng)
@@ -165,11 +167,16 @@ def main() -> None:
                              f"{size_mb / size * 1e6 / 1024:.1f} KB" if mode == "keyword" else "",
                              f"{rss:.0f} MB" if mode == "hybrid" else "",
                              " / ".join(f"{t:.2f} s" for t in rebuild[mode]) if mode in rebuild else ""])
+                figures.append({"chunks": size, "vectors": len(matrix), "search": mode, "p50_ms": p50,
+                                "p95_ms": percentile(values, 0.95), "peak_rss_mb": rss,
+                                "recall_at_10": statistics.mean(recall) if mode == "vector" else None})
             del matrix
     report("Warm query latency, embedding included (k=10)",
            ["chunks", "search", "p50 ms", "p95 ms", "vs numpy exact", "recall@10 vs exact", "index bytes/chunk",
             "peak RSS, fresh process", "cache rebuild: from scratch / one file changed"],
            rows, write=not args.no_write)
+    if not args.no_write:
+        save_figures("query_latency", figures)
 
 
 if __name__ == "__main__":

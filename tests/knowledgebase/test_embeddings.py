@@ -81,3 +81,62 @@ def test_pip_model_folder_is_built_once_and_verified(hermes_home):
     marker = (folder / "verified.json").stat().st_mtime_ns
     assert pip_model_dir(hermes_home) == folder
     assert (folder / "verified.json").stat().st_mtime_ns == marker
+
+
+RUNTIME_TEXTS = ["", "a", "Vitamin D and bone density in older adults.", "résumé naïve Zürich 東京 ✓",
+                 "def parse(path):\n    return open(path).read()\n" * 3, "word " * 400]  # the last is truncated at 256
+
+
+@pytest.mark.integration
+def test_openvino_and_onnxruntime_give_the_same_vectors(real_embedder, hermes_home):
+    """The default runs on OpenVINO; its vectors must match onnxruntime's so indexes need no re-embed."""
+    from hermes_kb.agent.knowledgebase.config import EmbeddingConfig
+
+    onnxruntime = create_embedder(EmbeddingConfig(runtime="onnxruntime"), hermes_home)
+    assert real_embedder.runtime.startswith("openvino") and onnxruntime.runtime == "onnxruntime"
+    assert real_embedder.identity == onnxruntime.identity
+    ours, theirs = real_embedder.embed_documents(RUNTIME_TEXTS), onnxruntime.embed_documents(RUNTIME_TEXTS)
+    assert ours.shape == theirs.shape == (len(RUNTIME_TEXTS), 384)
+    assert (ours * theirs).sum(axis=1).min() >= 0.999
+    assert np.allclose(np.linalg.norm(ours, axis=1), 1, atol=1e-5)
+
+
+@pytest.mark.integration
+def test_openvino_embeds_from_two_threads_at_once(real_embedder):
+    """A query can arrive while an index run embeds: one shared infer request must not mix them up."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    alone = [real_embedder.embed_documents([t] * 6) for t in RUNTIME_TEXTS[2:5]]
+    with ThreadPoolExecutor(3) as pool:
+        together = list(pool.map(lambda t: real_embedder.embed_documents([t] * 6), RUNTIME_TEXTS[2:5] * 4))
+    for i, vectors in enumerate(together):
+        assert np.allclose(vectors, alone[i % 3], atol=1e-5)
+
+
+def test_openvino_failure_falls_back_to_onnxruntime_or_says_why(hermes_home, monkeypatch, caplog):
+    from hermes_kb.agent.knowledgebase import openvino_runtime
+    from hermes_kb.agent.knowledgebase.config import EmbeddingConfig
+
+    def broken(*_):
+        raise RuntimeError("no CPU plugin")
+
+    monkeypatch.setattr(openvino_runtime, "OpenVinoMeanPooled", broken)
+    embedder = create_embedder(EmbeddingConfig(), hermes_home)
+    assert embedder.runtime == "onnxruntime" and embedder.embed_query("x").shape == (384,)
+    assert "OpenVINO could not load the embedding model (no CPU plugin); using onnxruntime" in caplog.text
+    with pytest.raises(EmbeddingError, match=r"^OpenVINO could not load the embedding model \(no CPU plugin\)\.$"):
+        create_embedder(EmbeddingConfig(runtime="openvino"), hermes_home)
+    monkeypatch.setattr(openvino_runtime, "available", lambda: False)
+    with pytest.raises(EmbeddingError, match="OpenVINO is not installed"):
+        create_embedder(EmbeddingConfig(runtime="openvino"), hermes_home)
+
+
+def test_openvino_runtime_is_for_the_offline_default_only(tmp_path, hermes_home):
+    from hermes_kb.agent.knowledgebase.config import ConfigError
+
+    (tmp_path / "model.onnx").write_bytes(b"")
+    config = parse_knowledgebase({"embedding_model": {"model_path": str(tmp_path), "runtime": "openvino"}})
+    with pytest.raises(EmbeddingError, match="runs the offline default model only"):
+        create_embedder(config.embedding, hermes_home)
+    with pytest.raises(ConfigError, match="runtime must be one of auto, openvino, onnxruntime, not 'gpu'"):
+        parse_knowledgebase({"embedding_model": {"runtime": "gpu"}})

@@ -165,7 +165,8 @@ def test_reading_sqlite_vec_storage_directly_matches_the_virtual_table(tmp_path)
         assert all(np.array_equal(stored[i >> vector_cache.WINDOW_BITS][i & 31], copied[i]) for i in copied)
 
 
-def test_the_two_thread_hamming_pass_finds_the_same_neighbours(tmp_path, monkeypatch):
+@pytest.mark.parametrize("parallel_rows, block", [(1000, 32_768), (10**9, 333), (1000, 333)])
+def test_the_blocked_and_two_thread_hamming_pass_finds_the_same_neighbours(tmp_path, monkeypatch, parallel_rows, block):
     monkeypatch.setattr(vector_cache, "EXACT_SCAN_ROWS", 100)
     vectors = clustered(5001, dim=384, centres=500)
     path = tmp_path / "x.vectors"
@@ -173,7 +174,14 @@ def test_the_two_thread_hamming_pass_finds_the_same_neighbours(tmp_path, monkeyp
     cache = VectorCache(path)
     queries = vectors[:20] + 0.01
     single = [cache.knn(q, 10) for q in queries]
-    monkeypatch.setattr(vector_cache, "PARALLEL_ROWS", 1000)
+    # The shortlist is exactly the rows nearest in Hamming distance, whatever the blocks.
+    query = queries[0] / np.linalg.norm(queries[0])
+    code = vector_cache._sign_codes(query[None, :], cache.mean, cache.codes.shape[0])[:, 0]
+    distance = sum(np.bitwise_count(cache.codes[w] ^ code[w]).astype(int) for w in range(len(code)))
+    monkeypatch.setattr(vector_cache, "PARALLEL_ROWS", parallel_rows)
+    monkeypatch.setattr(vector_cache, "HAMMING_BLOCK", block)
+    shortlist = cache._shortlist(query, 400)
+    assert len(shortlist) == 400 and distance[shortlist].max() <= np.sort(distance)[399]
     assert [cache.knn(q, 10) for q in queries] == single
 
 

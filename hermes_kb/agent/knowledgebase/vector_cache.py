@@ -41,6 +41,7 @@ EXACT_SCAN_ROWS = 10_000  # up to this an exact product is ~2 ms; at 17k SciFact
 MIN_SHORTLIST = 1_500  # rows kept by the Hamming pass
 SHORTLIST_FRACTION = 1 / 320  # of the vectors: recall@10 0.989 at 1.77M window vectors (0.996 at 1/160, 0.981 at 1/480)
 PARALLEL_ROWS = 200_000  # above this the Hamming pass is split over two threads
+HAMMING_BLOCK = 32_768  # rows per step of the Hamming pass: its working set (~360 KB) stays in L2
 RESCORE_ROWS = 200  # shortlist rows re-scored in float32 after the int8 pass (at least 4k)
 MAPPED_FLOAT_BYTES = 256 << 20  # float matrices up to this are read through the mapping; larger ones with pread
 ALWAYS_CHECKED = ("ids", "sorted_ids", "sorted_rows", "mean", "scale", "codes")  # on every mapping: searches index with them
@@ -265,11 +266,23 @@ class VectorCache:
         distance = np.empty(self.count, dtype=np.uint16)
 
         def hamming(rows: slice) -> np.ndarray:
-            part = distance[rows]
-            part[:] = np.bitwise_count(self.codes[0, rows] ^ code[0])
-            for word in range(1, len(code)):
-                part += np.bitwise_count(self.codes[word, rows] ^ code[word])
-            return np.bincount(part, minlength=64 * len(code) + 1)
+            # In blocks that stay in cache, with no temporaries: whole-array expressions wrote and
+            # re-read three arrays the size of the index per code word (32 ms at 1.77M rows; 16 ms so).
+            start, stop, _ = rows.indices(self.count)
+            flipped, bits = np.empty(HAMMING_BLOCK, dtype=np.uint64), np.empty(HAMMING_BLOCK, dtype=np.uint8)
+            histogram = np.zeros(64 * len(code) + 1, dtype=np.int64)
+            for begin in range(start, stop, HAMMING_BLOCK):
+                end = min(begin + HAMMING_BLOCK, stop)
+                part, x, b = distance[begin:end], flipped[:end - begin], bits[:end - begin]
+                for word in range(len(code)):
+                    np.bitwise_xor(self.codes[word, begin:end], code[word], out=x)
+                    np.bitwise_count(x, out=b)
+                    if word:
+                        np.add(part, b, out=part)
+                    else:
+                        part[:] = b
+                histogram += np.bincount(part, minlength=len(histogram))
+            return histogram
 
         if self.count < PARALLEL_ROWS:
             histogram = hamming(slice(None))
