@@ -192,7 +192,7 @@ class ChunkRow:
     file_mtime_ns: int
 
 
-_CHUNK_COLUMNS = ("c.id, f.path, f.kind, c.ord, c.text, c.start_line, c.end_line, c.page, c.heading, c.content_hash, "
+CHUNK_COLUMNS = ("c.id, f.path, f.kind, c.ord, c.text, c.start_line, c.end_line, c.page, c.heading, c.content_hash, "
                   "f.size, f.mtime_ns")
 
 
@@ -539,7 +539,7 @@ class IndexStore:
             return {}
         marks = ",".join("?" * len(chunk_ids))
         rows = self.conn.execute(
-            f"SELECT {_CHUNK_COLUMNS} FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({marks})", list(chunk_ids))
+            f"SELECT {CHUNK_COLUMNS} FROM chunks c JOIN files f ON f.id = c.file_id WHERE c.id IN ({marks})", list(chunk_ids))
         return {row[0]: ChunkRow(*row) for row in rows}
 
     def counts(self) -> dict[str, int]:

