@@ -181,6 +181,8 @@ def test_the_bm25_and_vector_copies_rank_identically_on_both_backends(tmp_path, 
             found = [[(place[i], round(score, 9)) for i, score in keywords.search(words, 10)]
                      for words in (["cells"], ["vitamin", "bone"], ["parse_config"], ["config", "printer"])]
             found.append([(place[i], round(score, 5)) for i, score in nearest.knn(vectors["vitamin.md"][1], 3)])
+            getattr(backend, "build_vector_index", lambda: None)()
+            found.append([(place[i], round(score, 5)) for i, score in backend.knn(vectors["vitamin.md"][1], 3)])
             rankings.append(found)
     assert rankings[0] == rankings[1]
     cells = rankings[0][0]  # "cells" and "Cell" share the stem; the noise note ranks last

@@ -339,17 +339,19 @@ class PgIndexStore:
                           f"ef_construction = {HNSW['ef_construction']})")
 
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """(chunk id, cosine of its best window), best first, through the HNSW index when it exists."""
+        """(chunk id, cosine of its best window), best first. The HNSW index (halfvec) picks ef_search
+        candidates; they are re-scored in float32, so scores equal SQLite's for the same vectors and
+        near-ties among similar windows are ordered exactly."""
         if not self.has_vector_table() or not np.any(query):
             return []
-        dim = int(self.meta("dimension"))
+        dim, candidates = int(self.meta("dimension")), max(EF_SEARCH, 4 * k)
         with self.transaction():
-            self.conn.execute(f"SET LOCAL hnsw.ef_search = {max(EF_SEARCH, 4 * k)}")
+            self.conn.execute(f"SET LOCAL hnsw.ef_search = {candidates}")
             self.conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
             rows = self.conn.execute(
-                f"SELECT id, 1 - (embedding::halfvec({dim}) <=> %s::halfvec({dim})) FROM {self._t('chunk_vec')} "
-                f"ORDER BY embedding::halfvec({dim}) <=> %s::halfvec({dim}) LIMIT %s",
-                (_literal(query), _literal(query), 4 * k)).fetchall()
+                f"SELECT id, 1 - (embedding <=> %s::vector) AS score FROM (SELECT id, embedding FROM {self._t('chunk_vec')} "
+                f"ORDER BY embedding::halfvec({dim}) <=> %s::halfvec({dim}) LIMIT %s) AS candidates "
+                f"ORDER BY score DESC LIMIT %s", (_literal(query), _literal(query), candidates, 4 * k)).fetchall()
         if not rows:
             return []
         return vector_cache.best_per_chunk(np.array([r[0] for r in rows], dtype=np.int64),
