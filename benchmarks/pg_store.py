@@ -78,7 +78,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--chunks", type=int, default=100_000)
     parser.add_argument("--queries", type=int, default=100)
-    parser.add_argument("--ef-search", default="100,200,400", help="hnsw.ef_search values to measure PostgreSQL at")
+    parser.add_argument("--ef-search", default="100,400", help="hnsw.ef_search values to measure PostgreSQL at")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     home = hermes_home()
