@@ -7,6 +7,7 @@ session (tests/postgres_server.py), or the server HERMES_KB_TEST_POSTGRES_URL na
 from __future__ import annotations
 
 import itertools
+import re
 import os
 import socket
 
@@ -290,3 +291,12 @@ def test_a_schema_from_a_newer_version_is_refused(pg_store, postgres_url):
     pg_store.set_meta(schema_version=99)
     with pytest.raises(StoreError, match=r"written by a newer hermes-knowledgebase \(schema 99; this one reads 1\)"):
         PgIndexStore(connect(postgres_url), pg_store.schema, pg_store.path, name="team-docs")
+
+
+def test_schema_names_are_unique_per_folder_safe_and_short():
+    from hermes_kb.agent.knowledgebase.pg_store import schema_name
+
+    names = {schema_name(f"/srv/team/{folder}", "Team Docs: 2026 — ünïcode") for folder in ("a", "b")}
+    assert len(names) == 2
+    assert all(re.fullmatch(r"kb_[a-z0-9_]+_[0-9a-f]{10}", name) and len(name) <= 63 for name in names)
+    assert schema_name("/x", "").startswith("kb_index_")
