@@ -31,7 +31,7 @@ import numpy as np
 from . import keyword_cache, vector_cache
 from .chunker import Chunk
 from .embeddings import ModelIdentity
-from .store import CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRow, IndexBusy, StoreError
+from .store import CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRow, IndexBusy, StoreCommon, StoreError
 
 MIN_SERVER = 130000  # PostgreSQL 13: the oldest pgvector 0.7+ supports
 MIN_PGVECTOR = (0, 7, 0)  # halfvec, for the HNSW index
@@ -128,7 +128,7 @@ def check_server(conn, where: str) -> None:
                          "`ALTER EXTENSION vector UPDATE;` after upgrading the package.")
 
 
-class PgIndexStore:
+class PgIndexStore(StoreCommon):
     """One directory's schema on a PostgreSQL server, with IndexStore's methods. Not shared across threads.
 
     `path` is where this machine keeps its derived copies of the index (vector_cache, keyword_cache
@@ -153,15 +153,6 @@ class PgIndexStore:
 
     def _t(self, table: str) -> str:
         return f'"{self.schema}".{table}'
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def __enter__(self) -> "PgIndexStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
@@ -188,17 +179,8 @@ class PgIndexStore:
             cursor.executemany(f"INSERT INTO {self._t('meta')}(key, value) VALUES (%s, %s) "
                                "ON CONFLICT(key) DO UPDATE SET value = excluded.value", [(k, str(v)) for k, v in values.items()])
 
-    def reembed_pending(self) -> bool:
-        return self.meta("reembed_pending") == "1"
-
     def finish_reembed(self) -> None:
         self.conn.execute(f"DELETE FROM {self._t('meta')} WHERE key = 'reembed_pending'")
-
-    def model_identity(self) -> ModelIdentity | None:
-        meta = self.all_meta()
-        if "model_id" not in meta:
-            return None
-        return ModelIdentity(meta["model_id"], meta.get("model_variant", ""), int(meta["dimension"]))
 
     def has_vector_table(self) -> bool:
         return self.conn.execute("SELECT to_regclass(%s)", (f'"{self.schema}".chunk_vec',)).fetchone()[0] is not None
@@ -208,9 +190,6 @@ class PgIndexStore:
                           f"embedding vector({int(identity.dim)}) NOT NULL)")
         self.set_meta(model_id=identity.model_id, model_variant=identity.variant, dimension=identity.dim,
                       vector_ids=VECTOR_IDS)
-
-    def has_window_vectors(self) -> bool:
-        return not self.has_vector_table() or self.meta("vector_ids") == VECTOR_IDS
 
     def drop_vectors(self) -> None:
         with self.transaction():
@@ -281,12 +260,6 @@ class PgIndexStore:
         with self.conn.cursor() as cursor:
             cursor.executemany(f"INSERT INTO {self._t('chunk_vec')}(id, embedding) VALUES (%s, %s::vector)",
                                [(i, _literal(w)) for i, w in zip(vector_cache.vector_ids(chunk_id, len(windows)), windows)])
-
-    def add_vectors(self, vectors: dict[int, np.ndarray]) -> None:
-        with self.transaction():
-            self._bump_generation()
-            for chunk_id, windows in vectors.items():
-                self._insert_vectors(chunk_id, windows)
 
     def delete_files(self, paths: Iterable[str]) -> int:
         paths = list(paths)

@@ -200,7 +200,45 @@ def _blob(vector: np.ndarray) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
 
 
-class IndexStore:
+class StoreCommon:
+    """What both stores (SQLite here, PostgreSQL in pg_store) do the same way on top of their own SQL:
+    each supplies conn, meta, all_meta, has_vector_table, transaction, _bump_generation and _insert_vectors."""
+
+    def close(self) -> None:
+        self.conn.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def reembed_pending(self) -> bool:
+        return self.meta("reembed_pending") == "1"
+
+    def model_identity(self) -> ModelIdentity | None:
+        meta = self.all_meta()
+        if "model_id" not in meta:
+            return None
+        try:
+            return ModelIdentity(meta["model_id"], meta.get("model_variant", ""), int(meta.get("dimension", "")))
+        except ValueError:
+            raise IndexCorrupt(f"The index {self.path} records no usable vector dimension "
+                               f"({meta.get('dimension')!r}); run `hermes kb doctor --repair` to rebuild it.") from None
+
+    def has_window_vectors(self) -> bool:
+        """False for vectors written before chunks had windows (rowid = chunk id): they must be rebuilt."""
+        return not self.has_vector_table() or self.meta("vector_ids") == VECTOR_IDS
+
+    def add_vectors(self, vectors: dict[int, np.ndarray]) -> None:
+        """Window vectors for chunks written earlier without them (keyword-first indexing), atomically."""
+        with self.transaction():
+            self._bump_generation()
+            for chunk_id, windows in vectors.items():
+                self._insert_vectors(chunk_id, windows)
+
+
+class IndexStore(StoreCommon):
     """One open index file. Not shared across threads."""
 
     def __init__(self, path: Path, create: bool = True, name: str | None = None):
@@ -225,15 +263,6 @@ class IndexStore:
                 self.set_meta(schema_version=SCHEMA_VERSION, created_at=time.time())
         except module.DatabaseError as exc:
             raise explain(exc, path, name) from None
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def __enter__(self) -> "IndexStore":
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
@@ -274,21 +303,8 @@ class IndexStore:
         self.conn.executemany("INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET value = excluded.value",
                               [(k, str(v)) for k, v in values.items()])
 
-    def reembed_pending(self) -> bool:
-        return self.meta("reembed_pending") == "1"
-
     def finish_reembed(self) -> None:
         self.conn.execute("DELETE FROM meta WHERE key = 'reembed_pending'")
-
-    def model_identity(self) -> ModelIdentity | None:
-        meta = self.all_meta()
-        if "model_id" not in meta:
-            return None
-        try:
-            return ModelIdentity(meta["model_id"], meta.get("model_variant", ""), int(meta.get("dimension", "")))
-        except ValueError:
-            raise IndexCorrupt(f"The index {self.path} records no usable vector dimension "
-                               f"({meta.get('dimension')!r}); run `hermes kb doctor --repair` to rebuild it.") from None
 
     def has_vector_table(self) -> bool:
         return self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'chunk_vec'").fetchone() is not None
@@ -299,10 +315,6 @@ class IndexStore:
                           f"embedding float[{int(identity.dim)}] distance_metric=cosine)")
         self.set_meta(model_id=identity.model_id, model_variant=identity.variant, dimension=identity.dim,
                       vector_ids=VECTOR_IDS)
-
-    def has_window_vectors(self) -> bool:
-        """False for vectors written before chunks had windows (rowid = chunk id): they must be rebuilt."""
-        return not self.has_vector_table() or self.meta("vector_ids") == VECTOR_IDS
 
     def drop_vectors(self) -> None:
         """Forget every vector and the pinned model (a model change means re-embedding all)."""
@@ -379,13 +391,6 @@ class IndexStore:
         windows = np.atleast_2d(vectors)
         self.conn.executemany("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)",
                               zip(vector_cache.vector_ids(chunk_id, len(windows)), map(_blob, windows)))
-
-    def add_vectors(self, vectors: dict[int, np.ndarray]) -> None:
-        """Window vectors for chunks written earlier without them (keyword-first indexing), atomically."""
-        with self.transaction():
-            self._bump_generation()
-            for chunk_id, windows in vectors.items():
-                self._insert_vectors(chunk_id, windows)
 
     def delete_files(self, paths: Iterable[str]) -> int:
         paths = list(paths)
