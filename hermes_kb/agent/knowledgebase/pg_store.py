@@ -241,25 +241,30 @@ class PgIndexStore(StoreCommon):
                 file_id = self.conn.execute(
                     f"INSERT INTO {self._t('files')}(path, size, mtime_ns, content_hash, kind, chunk_count, indexed_at, error) "
                     f"VALUES (%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id", (path, *values)).fetchone()[0]
-            ids: list[int] = []
-            for ord_, chunk in enumerate(chunks):
-                chunk_id = self.conn.execute(
-                    f"INSERT INTO {self._t('chunks')}(file_id, ord, text, start_char, end_char, start_line, end_line, page, "
-                    f"heading, content_hash) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id",
-                    (file_id, ord_, chunk.text, chunk.start_char, chunk.end_char, chunk.start_line, chunk.end_line,
-                     chunk.page, chunk.heading, chunk.content_hash)).fetchone()[0]
-                ids.append(chunk_id)
-                self.conn.execute(f"INSERT INTO {self._t('chunk_terms')}(chunk_id, tokens, terms, written) VALUES (%s,%s,%s,%s)",
-                                  (chunk_id, *keyword_cache.chunk_terms(chunk.text, chunk.heading), generation))
-                if vectors is not None and vectors[ord_] is not None:
-                    self._insert_vectors(chunk_id, vectors[ord_])
+            # Ids first, then COPY: one round trip per table instead of three statements per chunk.
+            ids = [r[0] for r in self.conn.execute(
+                "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
+                (self._t("chunks"), len(chunks))).fetchall()]
+            with self.conn.cursor() as cursor:
+                with cursor.copy(f"COPY {self._t('chunks')}(id, file_id, ord, text, start_char, end_char, start_line, "
+                                 "end_line, page, heading, content_hash) FROM STDIN") as copy:
+                    for ord_, (chunk_id, chunk) in enumerate(zip(ids, chunks)):
+                        copy.write_row((chunk_id, file_id, ord_, chunk.text, chunk.start_char, chunk.end_char,
+                                        chunk.start_line, chunk.end_line, chunk.page, chunk.heading, chunk.content_hash))
+                with cursor.copy(f"COPY {self._t('chunk_terms')}(chunk_id, tokens, terms, written) FROM STDIN") as copy:
+                    for chunk_id, chunk in zip(ids, chunks):
+                        copy.write_row((chunk_id, *keyword_cache.chunk_terms(chunk.text, chunk.heading), generation))
+            if vectors is not None:
+                self._insert_vectors({chunk_id: v for chunk_id, v in zip(ids, vectors) if v is not None})
         return ids
 
-    def _insert_vectors(self, chunk_id: int, vectors: np.ndarray) -> None:
-        windows = np.atleast_2d(np.asarray(vectors, dtype=np.float32))
-        with self.conn.cursor() as cursor:
-            cursor.executemany(f"INSERT INTO {self._t('chunk_vec')}(id, embedding) VALUES (%s, %s::vector)",
-                               [(i, _literal(w)) for i, w in zip(vector_cache.vector_ids(chunk_id, len(windows)), windows)])
+    def _insert_vectors(self, vectors: dict[int, np.ndarray]) -> None:
+        """Each chunk's window vectors, one row per window, in one COPY."""
+        with self.conn.cursor() as cursor, cursor.copy(f"COPY {self._t('chunk_vec')}(id, embedding) FROM STDIN") as copy:
+            for chunk_id, windows in vectors.items():
+                windows = np.atleast_2d(np.asarray(windows, dtype=np.float32))
+                for vector_id, window in zip(vector_cache.vector_ids(chunk_id, len(windows)), windows):
+                    copy.write_row((vector_id, _literal(window)))
 
     def delete_files(self, paths: Iterable[str]) -> int:
         paths = list(paths)

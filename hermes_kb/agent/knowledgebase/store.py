@@ -234,8 +234,7 @@ class StoreCommon:
         """Window vectors for chunks written earlier without them (keyword-first indexing), atomically."""
         with self.transaction():
             self._bump_generation()
-            for chunk_id, windows in vectors.items():
-                self._insert_vectors(chunk_id, windows)
+            self._insert_vectors(vectors)
 
 
 class IndexStore(StoreCommon):
@@ -384,13 +383,15 @@ class IndexStore(StoreCommon):
                 self.conn.execute("INSERT INTO chunk_terms(chunk_id, tokens, terms, written) VALUES (?, ?, ?, ?)",
                                   (chunk_id, *keyword_cache.chunk_terms(chunk.text, chunk.heading), generation))
                 if vectors is not None and vectors[ord_] is not None:
-                    self._insert_vectors(chunk_id, vectors[ord_])
+                    self._insert_vectors({chunk_id: vectors[ord_]})
         return ids
 
-    def _insert_vectors(self, chunk_id: int, vectors: np.ndarray) -> None:
-        windows = np.atleast_2d(vectors)
-        self.conn.executemany("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)",
-                              zip(vector_cache.vector_ids(chunk_id, len(windows)), map(_blob, windows)))
+    def _insert_vectors(self, vectors: dict[int, np.ndarray]) -> None:
+        """Each chunk's window vectors, one row per window."""
+        for chunk_id, windows in vectors.items():
+            windows = np.atleast_2d(windows)
+            self.conn.executemany("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)",
+                                  zip(vector_cache.vector_ids(chunk_id, len(windows)), map(_blob, windows)))
 
     def delete_files(self, paths: Iterable[str]) -> int:
         paths = list(paths)
