@@ -1,5 +1,7 @@
 """Scores that mean the same in every index, and exact strings ranked first (#15, points 3 and 5)."""
 
+import pytest
+
 from hermes_kb.agent.knowledgebase.retriever import EXACT_FLOOR, literals
 
 
@@ -67,3 +69,31 @@ def test_identifiers_match_by_their_parts_and_keep_exact_matches(tree, make_kb):
         hits = kb.search(identifier, k=3, mode="keyword").hits
         assert hits[0].path == path and "exact" in hits[0].found_by, identifier  # the exact spelling first
         assert {h.path for h in hits} == {"snake.py", "camel.js", "pascal.cs"}, identifier  # and its other spellings
+
+
+@pytest.mark.parametrize("common", [False, True])
+def test_the_exact_pass_finds_the_same_chunks_with_or_without_the_phrase_query(tree, make_kb, monkeypatch, common):
+    """A literal whose terms few chunks hold together is checked in those chunks' text; one whose every
+    term is common goes to FTS5's phrase query. Either way the same chunks are marked exact."""
+    from hermes_kb.agent.knowledgebase import store
+
+    word = "ordinary" if common else "zeppelinx"
+    docs = {**filler(60, "An ordinary deployment note: train the release, restart after the ordinary run."),
+            "yes.md": f"# Yes\n\nRestart the {word} release train after the deploy.\n",
+            "apart.md": f"# Apart\n\nThe {word} train. Restart it after a release.\n"}
+    kb = make_kb(tree(docs))
+    kb.index()
+    phrases = []
+    original = store.IndexStore.keyword
+    monkeypatch.setattr(store.IndexStore, "keyword",
+                        lambda self, match, k: phrases.append(match) or original(self, match, k))
+    query = f"restart the {word} release train"
+    hits = kb.search(query, k=5, mode="keyword").hits
+    assert [h.path for h in hits if "exact" in h.found_by] == ["yes.md"]
+    assert bool(phrases) == common  # with a rare word, no phrase query at all
+    from hermes_kb.agent.knowledgebase.keyword_cache import KeywordCache
+
+    monkeypatch.setattr(KeywordCache, "holders_of_all_terms", lambda *_: None)  # everything through FTS5 now
+    phrases.clear()
+    assert [h.path for h in kb.search(query, k=5, mode="keyword").hits if "exact" in h.found_by] == ["yes.md"]
+    assert phrases

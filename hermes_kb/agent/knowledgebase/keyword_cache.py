@@ -269,6 +269,31 @@ class KeywordCache:
             frequencies.append(float(max((self.offsets[p + 1] - self.offsets[p] for p in found), default=0)))
         return frequencies
 
+    def holders_of_all_terms(self, text: str, limit: int, longest: int = 20_000) -> list[int] | None:
+        """Ids of the chunks holding every term of `text`, which include every chunk holding `text`.
+
+        Posting lists are intersected from the rarest up, skipping lists longer than `longest` (a
+        superset is still right). [] when a term occurs nowhere; None when `text` has no terms or more
+        than `limit` chunks remain (the caller asks FTS5 for the phrase instead)."""
+        stems = np.array(sorted({_hash(t) for t in words(text)}), dtype=np.uint64)
+        if not len(stems):
+            return None
+        if not len(self.hashes):
+            return []
+        positions = np.minimum(np.searchsorted(self.hashes, stems), len(self.hashes) - 1)
+        if not np.all(self.hashes[positions] == stems):
+            return []
+        held = None
+        for position in positions[np.argsort(self.offsets[positions + 1] - self.offsets[positions], kind="stable")]:
+            begin, end = int(self.offsets[position]), int(self.offsets[position + 1])
+            if end - begin > longest or (held is not None and len(held) <= limit):
+                break
+            rows = self.rows[begin:end]  # one posting per chunk and term: unique already
+            held = rows if held is None else np.intersect1d(held, rows, assume_unique=True)
+        if held is None or len(held) > limit:
+            return None
+        return self.ids[held].tolist()
+
     def search(self, query_words: Sequence[str], k: int) -> list[tuple[int, float]]:
         """(chunk id, bm25), best first: the ranking FTS5 gives an OR of the same words."""
         # Words sharing a stem ("cell", "cells") count once each, as FTS5 scores each OR-ed phrase.

@@ -298,9 +298,15 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
 
 def _mark_exact(source: SearchSource, query: str, by_id: dict[int, _Candidate], bm25: dict[int, float]) -> None:
     """Chunks holding a literal of the query letter for letter (FTS5 finds the phrase, the text confirms
-    the punctuation) become candidates marked exact, found or not by the ranked keyword pass."""
+    the punctuation) become candidates marked exact, found or not by the ranked keyword pass.
+
+    When the keyword copy shows that at most EXACT_DEPTH chunks hold all of the literal's terms, their
+    text is checked directly: the same chunks FTS5 would return, without its phrase query, which walks
+    the posting lists of every word of a long query (1.1 ms of 2.8 at 100k chunks, ~8 ms at 1M)."""
     for literal in literals(query):
-        ids = [chunk_id for chunk_id, _ in source.store.keyword(_phrase(literal), EXACT_DEPTH)]
+        ids = source.keywords.holders_of_all_terms(literal, EXACT_DEPTH) if source.keywords else None
+        if ids is None:
+            ids = [chunk_id for chunk_id, _ in source.store.keyword(_phrase(literal), EXACT_DEPTH)]
         for chunk_id, row in source.store.chunks(ids).items():
             if _holds(row.text, literal):
                 candidate = by_id.setdefault(chunk_id, _Candidate(source, chunk_id, bm25=bm25.get(chunk_id, 0.0)))
