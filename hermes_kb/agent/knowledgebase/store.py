@@ -193,7 +193,7 @@ class ChunkRow:
 
 
 CHUNK_COLUMNS = ("c.id, f.path, f.kind, c.ord, c.text, c.start_line, c.end_line, c.page, c.heading, c.content_hash, "
-                  "f.size, f.mtime_ns")
+                 "f.size, f.mtime_ns")
 
 
 def _blob(vector: np.ndarray) -> bytes:
