@@ -300,3 +300,16 @@ def test_schema_names_are_unique_per_folder_safe_and_short():
     assert len(names) == 2
     assert all(re.fullmatch(r"kb_[a-z0-9_]+_[0-9a-f]{10}", name) and len(name) <= 63 for name in names)
     assert schema_name("/x", "").startswith("kb_index_")
+
+
+def test_a_schema_name_that_could_break_out_of_its_quotes_is_refused(postgres_url, tmp_path):
+    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect
+
+    conn = connect(postgres_url)
+    try:
+        for bad in ('kb"; DROP SCHEMA public CASCADE; --', "KB_upper", "kb-dash", "x" * 64, ""):
+            with pytest.raises(ValueError, match="not a schema name"):
+                PgIndexStore(conn, bad, tmp_path)
+        assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'public'").fetchone()
+    finally:
+        conn.close()

@@ -136,6 +136,8 @@ class PgIndexStore(StoreCommon):
     """
 
     def __init__(self, conn, schema: str, path: Path, create: bool = True, name: str | None = None):
+        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):  # it is spliced into SQL as an identifier
+            raise ValueError(f"not a schema name this store creates: {schema!r}")
         self.conn, self.schema, self.path, self.name = conn, schema, path, name or schema
         exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is not None
         if not exists and not create:
