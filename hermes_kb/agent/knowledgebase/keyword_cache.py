@@ -60,6 +60,11 @@ def _hash(term: str) -> int:
     return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=8).digest(), "little")
 
 
+def _stems(text: str) -> np.ndarray:
+    """The distinct term hashes of `text`, sorted: how it is looked up in a copy."""
+    return np.array(sorted({_hash(t) for t in words(text)}), dtype=np.uint64)
+
+
 # One packed record per distinct term of a chunk: records of all chunks concatenate into one array.
 _TERM_RECORD = np.dtype([("hash", "<u8"), ("count", "<u2")])
 
@@ -256,16 +261,21 @@ class KeywordCache:
         self.ids, self.hashes, self.offsets = arrays["ids"], arrays["hashes"], arrays["offsets"]
         self.rows, self.weights, self.counts = arrays["rows"], arrays["weights"], arrays["counts"]
 
+    def _locate(self, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(position in `hashes`, whether it is there) for sorted term hashes; `hashes` must not be empty."""
+        positions = np.minimum(np.searchsorted(self.hashes, wanted), len(self.hashes) - 1)
+        return positions, self.hashes[positions] == wanted
+
     def document_frequencies(self, query_words: Sequence[str]) -> list[float]:
         """Chunks holding each word (its stems' posting lists), exact; 0 for a word the index lacks."""
         frequencies = []
         for word in query_words:
-            stems = np.array(sorted({_hash(t) for t in words(word)}), dtype=np.uint64)
+            stems = _stems(word)
             if not len(stems) or not len(self.hashes):
                 frequencies.append(0.0)
                 continue
-            positions = np.minimum(np.searchsorted(self.hashes, stems), len(self.hashes) - 1)
-            found = positions[self.hashes[positions] == stems]
+            positions, present = self._locate(stems)
+            found = positions[present]
             frequencies.append(float(max((self.offsets[p + 1] - self.offsets[p] for p in found), default=0)))
         return frequencies
 
@@ -275,13 +285,13 @@ class KeywordCache:
         Posting lists are intersected from the rarest up, skipping lists longer than `longest` (a
         superset is still right). [] when a term occurs nowhere; None when `text` has no terms or more
         than `limit` chunks remain (the caller asks FTS5 for the phrase instead)."""
-        stems = np.array(sorted({_hash(t) for t in words(text)}), dtype=np.uint64)
+        stems = _stems(text)
         if not len(stems):
             return None
         if not len(self.hashes):
             return []
-        positions = np.minimum(np.searchsorted(self.hashes, stems), len(self.hashes) - 1)
-        if not np.all(self.hashes[positions] == stems):
+        positions, present = self._locate(stems)
+        if not present.all():
             return []
         held = None
         for position in positions[np.argsort(self.offsets[positions + 1] - self.offsets[positions], kind="stable")]:
@@ -301,8 +311,7 @@ class KeywordCache:
         wanted = np.array(sorted(times), dtype=np.uint64)
         if not len(wanted) or not len(self.hashes) or k < 1:
             return []
-        positions = np.minimum(np.searchsorted(self.hashes, wanted), len(self.hashes) - 1)
-        found = self.hashes[positions] == wanted
+        positions, found = self._locate(wanted)
         spans = [(int(self.offsets[p]), int(self.offsets[p + 1]), times[int(h)])
                  for p, h in zip(positions[found], wanted[found])]
         if not spans:
