@@ -102,7 +102,7 @@ def main() -> None:
     parser.add_argument("--baseline", metavar="REV", help="also index with this commit's code, as the before row")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    rows, figures = [], []
+    figures = []
     with tempfile.TemporaryDirectory() as scratch, contextlib.ExitStack() as stack:
         corpora = []
         if args.corpus in ("all", "repo"):
@@ -116,15 +116,14 @@ def main() -> None:
             systems.insert(0, (f"before ({args.baseline})", stack.enter_context(checkout(args.baseline, Path(scratch))), None))
         for label, folder in corpora:
             for system, code, runtime in systems:
-                home = Path(scratch) / f"home-{len(rows)}"
+                home = Path(scratch) / f"home-{len(figures)}"
                 summary, seconds, peak, first, every = index_in_child(folder, home, code, runtime)
-                files = summary["added"]
-                chunks = summary["chunks_embedded"] + summary["chunks_reused"]
-                rows.append([label, system, files, chunks, f"{seconds:.0f}", f"{files / seconds:.1f}",
-                             f"{chunks / seconds:.1f}", "–" if first is None else f"{first:.1f}",
-                             "–" if every is None else f"{every:.1f}", f"{peak:.0f}"])
-                figures.append({"corpus": label, "system": system, "files": files, "chunks": chunks, "seconds": seconds,
+                figures.append({"corpus": label, "system": system, "files": summary["added"],
+                                "chunks": summary["chunks_embedded"] + summary["chunks_reused"], "seconds": seconds,
                                 "first_file_s": first, "all_files_s": every, "peak_rss_mb": peak})
+    rows = [[f["corpus"], f["system"], f["files"], f["chunks"], f"{f['seconds']:.0f}", f"{f['files'] / f['seconds']:.1f}",
+             f"{f['chunks'] / f['seconds']:.1f}", "–" if f["first_file_s"] is None else f"{f['first_file_s']:.1f}",
+             "–" if f["all_files_s"] is None else f"{f['all_files_s']:.1f}", f"{f['peak_rss_mb']:.0f}"] for f in figures]
     report("First index from scratch (new process, model load included)",
            ["corpus", "code", "files", "chunks", "wall s", "files/s", "chunks/s", "keyword-searchable: first file s",
             "all files s", "peak RSS MB"], rows, write=not args.no_write)

@@ -88,7 +88,7 @@ def main() -> None:
     queries = np.stack([embedder.embed_query(claim) for claim in claims])
     files = corpus(args.chunks, texts, vectors, np.random.default_rng(7))
     rows = []
-    with tempfile.TemporaryDirectory() as scratch, server_url_with(SERVER_SETTINGS) as url:
+    with tempfile.TemporaryDirectory() as scratch, server_url(SERVER_SETTINGS) as url:
         sqlite_store = IndexStore(Path(scratch) / "index.sqlite")
         pg = PgIndexStore(connect(url), "kb_benchmark", Path(scratch) / "pg-copies")
         results = {}
@@ -134,15 +134,6 @@ def main() -> None:
     report(f"Stores side by side, {args.chunks:,} chunks (store level; query embedding not included)",
            ["store", "chunks", "write s", "chunks/s", "vector index build s", "BM25 copy build s", "knn p50 ms",
             "knn p95 ms", "recall@10 vs exact"], rows, write=not args.no_write)
-
-
-def server_url_with(settings: dict[str, str]):
-    """The user's server if HERMES_KB_TEST_POSTGRES_URL names one, else an embedded one tuned for this size."""
-    import os
-
-    from tests.postgres_server import URL_VARIABLE, embedded_postgres
-
-    return server_url() if os.environ.get(URL_VARIABLE) else embedded_postgres(settings)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,8 @@ URL_VARIABLE = "HERMES_KB_TEST_POSTGRES_URL"
 PASSWORD = "hermes-test"
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port nothing listens on (closed again before it is returned)."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
@@ -56,7 +57,7 @@ def embedded_postgres(settings: dict[str, str] | None = None) -> Iterator[str]:
         bin_ = install / "bin"
         subprocess.run([bin_ / "initdb", "-D", data, "-U", "postgres", "--pwfile", scratch / "pw", "--auth-local=trust",
                         "--auth-host=scram-sha-256", "--no-sync", "-E", "UTF8"], check=True, capture_output=True, **user)
-        port = _free_port()
+        port = free_port()
         options = " ".join([f"-k {sockets} -c fsync=off -c listen_addresses=127.0.0.1 -p {port}",
                             *(f"-c {key}={value}" for key, value in (settings or {}).items())])
         subprocess.run([bin_ / "pg_ctl", "-D", data, "-o", options, "-l", scratch / "log", "-w", "start"],
@@ -70,10 +71,10 @@ def embedded_postgres(settings: dict[str, str] | None = None) -> Iterator[str]:
 
 
 @contextlib.contextmanager
-def server_url() -> Iterator[str]:
-    """The user's server when HERMES_KB_TEST_POSTGRES_URL is set, else an embedded one."""
+def server_url(settings: dict[str, str] | None = None) -> Iterator[str]:
+    """The user's server when HERMES_KB_TEST_POSTGRES_URL is set, else an embedded one (with `settings`)."""
     if os.environ.get(URL_VARIABLE):
         yield os.environ[URL_VARIABLE]
     else:
-        with embedded_postgres() as url:
+        with embedded_postgres(settings) as url:
             yield url

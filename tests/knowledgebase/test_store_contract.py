@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 import re
 import os
-import socket
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ from hermes_kb.agent.knowledgebase.chunker import Chunk
 from hermes_kb.agent.knowledgebase.embeddings import ModelIdentity
 from hermes_kb.agent.knowledgebase.store import IndexStore, StoreError
 
-from ..postgres_server import URL_VARIABLE, server_url
+from ..postgres_server import URL_VARIABLE, free_port, server_url
 
 IDENTITY = ModelIdentity("stub", "test", 8)
 _schemas = itertools.count()
@@ -226,12 +225,6 @@ def test_one_writer_per_directory_across_connections_and_readers_never_see_half_
 
 # --- PostgreSQL only: what a user gets wrong when connecting ------------------------------------
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 def test_connection_faults_are_one_sentence_each(postgres_url):
     from urllib.parse import urlsplit
 
@@ -239,7 +232,7 @@ def test_connection_faults_are_one_sentence_each(postgres_url):
 
     parts = urlsplit(postgres_url)
     faults = {
-        f"postgresql://postgres@127.0.0.1:{_closed_port()}/postgres": r"^Cannot reach the PostgreSQL server at 127\.0\.0\.1:\d+ ",
+        f"postgresql://postgres@127.0.0.1:{free_port()}/postgres": r"^Cannot reach the PostgreSQL server at 127\.0\.0\.1:\d+ ",
         postgres_url.replace(f":{parts.password}@", ":wrong@"): r"refused the credentials of postgres; check the user and password",
         postgres_url.rsplit("/", 1)[0] + "/no_such_db": r"has no such database or role .*no_such_db",
     }
