@@ -193,13 +193,6 @@ class PgIndexStore(StoreCommon):
         self.set_meta(model_id=identity.model_id, model_variant=identity.variant, dimension=identity.dim,
                       vector_ids=VECTOR_IDS)
 
-    def drop_vectors(self) -> None:
-        with self.transaction():
-            self._bump_generation()
-            self.conn.execute(f"DROP TABLE IF EXISTS {self._t('chunk_vec')}")
-            self.conn.execute(f"DELETE FROM {self._t('meta')} WHERE key IN ('model_id', 'model_variant', 'dimension', 'vector_ids')")
-            self.set_meta(reembed_pending=1)
-
     def _bump_generation(self) -> int:
         row = self.conn.execute(f"INSERT INTO {self._t('meta')}(key, value) VALUES ('generation', '1') ON CONFLICT(key) "
                                 f"DO UPDATE SET value = (CAST({self._t('meta')}.value AS BIGINT) + 1)::text RETURNING value").fetchone()

@@ -202,7 +202,8 @@ def _blob(vector: np.ndarray) -> bytes:
 
 class StoreCommon:
     """What both stores (SQLite here, PostgreSQL in pg_store) do the same way on top of their own SQL:
-    each supplies conn, meta, all_meta, has_vector_table, transaction, _bump_generation and _insert_vectors."""
+    each supplies conn, _t (a table's qualified name), meta, all_meta, set_meta, has_vector_table, transaction,
+    _bump_generation and _insert_vectors."""
 
     def close(self) -> None:
         self.conn.close()
@@ -230,6 +231,16 @@ class StoreCommon:
         """False for vectors written before chunks had windows (rowid = chunk id): they must be rebuilt."""
         return not self.has_vector_table() or self.meta("vector_ids") == VECTOR_IDS
 
+    def drop_vectors(self) -> None:
+        """Forget every vector and the pinned model (a model change means re-embedding all)."""
+        with self.transaction():
+            self._bump_generation()
+            self.conn.execute(f"DROP TABLE IF EXISTS {self._t('chunk_vec')}")
+            self.conn.execute(f"DELETE FROM {self._t('meta')} WHERE key IN ('model_id', 'model_variant', 'dimension', 'vector_ids')")
+            # The journal entry of the re-embed this starts: cleared only by a run that finished it, so a
+            # run cut short (SIGKILL, disk full) is finished by the next one, not taken as done.
+            self.set_meta(reembed_pending=1)
+
     def add_vectors(self, vectors: dict[int, np.ndarray]) -> None:
         """Window vectors for chunks written earlier without them (keyword-first indexing), atomically."""
         with self.transaction():
@@ -239,6 +250,10 @@ class StoreCommon:
 
 class IndexStore(StoreCommon):
     """One open index file. Not shared across threads."""
+
+    @staticmethod
+    def _t(table: str) -> str:
+        return table  # one index per file: no schema
 
     def __init__(self, path: Path, create: bool = True, name: str | None = None):
         """`name` is the directory's, for error sentences; the file's own name otherwise."""
@@ -314,16 +329,6 @@ class IndexStore(StoreCommon):
                           f"embedding float[{int(identity.dim)}] distance_metric=cosine)")
         self.set_meta(model_id=identity.model_id, model_variant=identity.variant, dimension=identity.dim,
                       vector_ids=VECTOR_IDS)
-
-    def drop_vectors(self) -> None:
-        """Forget every vector and the pinned model (a model change means re-embedding all)."""
-        with self.transaction():
-            self._bump_generation()
-            self.conn.execute("DROP TABLE IF EXISTS chunk_vec")
-            self.conn.execute("DELETE FROM meta WHERE key IN ('model_id', 'model_variant', 'dimension', 'vector_ids')")
-            # The journal entry of the re-embed this starts: cleared only by a run that finished it, so a
-            # run cut short (SIGKILL, disk full) is finished by the next one, not taken as done.
-            self.set_meta(reembed_pending=1)
 
     def _bump_generation(self) -> int:
         """Called inside every transaction that changes chunks or vectors, so copies can tell they are stale."""
