@@ -32,7 +32,6 @@ from mcp.shared.exceptions import McpError
 
 from hermes_kb.agent.knowledgebase.context import QUOTE, quote_document
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
-from hermes_kb.agent.knowledgebase.store import IndexStore
 from hermes_kb.tools.knowledgebase_tool import ANNOTATIONS, SCHEMAS, TOOL_ERRORS, run_tool
 from hermes_kb.tools.permissions import Permissions
 from hermes_kb.tools.registry import argument_problem
@@ -231,12 +230,8 @@ class KnowledgebaseMCP:
         except USER_ERRORS:
             return resources
         for directory in directories:
-            path = self.kb.index_path(directory)
-            if not path.exists():
-                continue
             try:
-                with IndexStore(path, create=False) as store:
-                    files = store.files()
+                files = self.kb.indexed_files(directory)
             except USER_ERRORS as exc:
                 log.warning("cannot list %s: %s", directory.name, exc)
                 continue

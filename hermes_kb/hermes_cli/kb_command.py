@@ -179,7 +179,7 @@ def _human_size(size: int) -> str:
 
 def _being_indexed(index_path: str) -> bool:
     """Whether another process holds this index's writer lock right now (probed without waiting)."""
-    if not Path(index_path).exists():
+    if not Path(f"{index_path}.lock").exists():  # never locked, so never indexed from this machine
         return False
     try:
         with writer_lock(Path(index_path), wait=False):

@@ -3,7 +3,7 @@ import pytest
 from hermes_kb.agent.knowledgebase import store as store_module
 from hermes_kb.agent.knowledgebase.chunker import Chunk
 from hermes_kb.agent.knowledgebase.config import ConfigError, parse_knowledgebase
-from hermes_kb.agent.knowledgebase.retriever import affordable_terms, fts_query
+from hermes_kb.agent.knowledgebase.retriever import affordable_terms
 from hermes_kb.agent.knowledgebase.store import IndexStore
 
 
@@ -16,8 +16,8 @@ def fill(store: IndexStore, texts: list[str], per_file: int = 100) -> None:
 def test_document_frequencies_are_exact_on_a_small_index(tmp_path):
     with IndexStore(tmp_path / "i.sqlite") as store:
         fill(store, ["common kiwi", "common mango", "common", "rare"])
-        assert store.document_frequencies([fts_query(["common"]), fts_query(["kiwi"]), fts_query(["absent"])]) == [3, 1, 0]
-        assert store.document_frequencies([fts_query(["kiwis"])]) == [1]  # stemmed as FTS5 stores it
+        assert store.document_frequencies(["common", "kiwi", "absent"]) == [3, 1, 0]
+        assert store.document_frequencies(["kiwis"]) == [1]  # stemmed as FTS5 stores it
 
 
 def test_document_frequencies_are_estimated_from_windows_on_a_large_index(tmp_path, monkeypatch):
@@ -25,7 +25,7 @@ def test_document_frequencies_are_estimated_from_windows_on_a_large_index(tmp_pa
     texts = [f"row {i} every {'tenth' if i % 10 == 0 else 'other'}" for i in range(4000)]
     with IndexStore(tmp_path / "i.sqlite") as store:
         fill(store, texts)
-        every, tenth = store.document_frequencies([fts_query(["every"]), fts_query(["tenth"])])
+        every, tenth = store.document_frequencies(["every", "tenth"])
     assert every == pytest.approx(4000, rel=0.01)
     assert tenth == pytest.approx(400, rel=0.15)
 

@@ -84,9 +84,9 @@ def test_the_exact_pass_finds_the_same_chunks_with_or_without_the_phrase_query(t
     kb = make_kb(tree(docs))
     kb.index()
     phrases = []
-    original = store.IndexStore.keyword
-    monkeypatch.setattr(store.IndexStore, "keyword",
-                        lambda self, match, k: phrases.append(match) or original(self, match, k))
+    original = store.IndexStore.keyword_phrase
+    monkeypatch.setattr(store.IndexStore, "keyword_phrase",
+                        lambda self, literal, k: phrases.append(literal) or original(self, literal, k))
     query = f"restart the {word} release train"
     hits = kb.search(query, k=5, mode="keyword").hits
     assert [h.path for h in hits if "exact" in h.found_by] == ["yes.md"]

@@ -192,19 +192,28 @@ def test_the_bm25_and_vector_copies_rank_identically_on_both_backends(tmp_path, 
 def test_one_writer_per_directory_across_connections_and_readers_never_see_half_a_file(pg_store, postgres_url):
     import threading
 
-    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect
+    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, advisory_lock, connect
     from hermes_kb.agent.knowledgebase.store import IndexBusy
 
     other = PgIndexStore(connect(postgres_url), pg_store.schema, pg_store.path)  # another host's process
-    with pg_store.writer_lock():
-        with pytest.raises(IndexBusy, match="Another process is indexing"):
-            with other.writer_lock(wait=False):
+    waited = []
+    with advisory_lock(pg_store.conn, pg_store.schema, "notes"):
+        with pytest.raises(IndexBusy, match="Another process is indexing notes"):
+            with advisory_lock(other.conn, other.schema, "notes", wait=False):
                 pass
-    with other.writer_lock(wait=False):
+        blocked = threading.Thread(target=lambda: advisory_lock(other.conn, other.schema, "notes",
+                                                                on_wait=lambda: waited.append(1)).__enter__())
+        blocked.start()
+        blocked.join(0.5)
+        assert blocked.is_alive() and waited == [1]  # told the user it waits, and waits
+    blocked.join(5)
+    assert not blocked.is_alive()  # got it once released
+    other.conn.execute("SELECT pg_advisory_unlock_all()")
+    with advisory_lock(other.conn, other.schema, "notes", wait=False):
         pass
 
     def writer():
-        with other.writer_lock():
+        with advisory_lock(other.conn, other.schema, "notes"):
             for n in range(40):
                 write(other, f"f{n % 8}.md", [f"text {n} {j}" for j in range(1 + n % 13)])
 

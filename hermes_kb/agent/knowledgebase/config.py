@@ -107,9 +107,24 @@ class DirectoryConfig:
         return hermes_home / "knowledgebase" / "indexes" / f"{self.name}-{digest}.sqlite"
 
 
+STORES = ("sqlite", "postgres")
+
+
+@dataclass(frozen=True)
+class StoreConfig:
+    """Where indexes live: one SQLite file per directory (the default), or one schema per directory on
+    a PostgreSQL server with pgvector that a team shares."""
+    backend: str = "sqlite"
+    url: str | None = field(default=None, repr=False)  # postgresql://user:password@host/db, ${VARS} expanded
+
+    def __repr__(self) -> str:  # never the password
+        return f"StoreConfig(backend={self.backend!r})"
+
+
 @dataclass(frozen=True)
 class KnowledgebaseConfig:
     enabled: bool = True
+    store: StoreConfig = field(default_factory=StoreConfig)
     directories: tuple[DirectoryConfig, ...] = ()
     exclude: tuple[str, ...] = ()
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
@@ -262,7 +277,7 @@ _SCALARS: dict[str, Callable[[str, Any], Any]] = {
 }
 _CHUNKING_KEYS = {"chunk_size": _number(int, 32, 2000), "chunk_overlap": _number(int, 0, 1000)}
 # `embedding` is an older spelling of `embedding_model`, still read.
-_KNOWN_TOP = (*_SCALARS, *_CHUNKING_KEYS, "directories", "embedding_model", "embedding")
+_KNOWN_TOP = (*_SCALARS, *_CHUNKING_KEYS, "directories", "embedding_model", "embedding", "store")
 _KNOWN_DIRECTORY = ("path", "name", "index_path", "exclude", *_CHUNKING_KEYS)
 _KNOWN_EMBEDDING = ("backend", "model", "model_path", "base_url", "api_key_env", "batch_size", "runtime")
 RUNTIMES = ("auto", "openvino", "onnxruntime")
@@ -309,6 +324,34 @@ def _embedding(section: dict) -> EmbeddingConfig:
     )
 
 
+def _store(section: dict) -> StoreConfig:
+    """`store` is `sqlite`, `postgres` with a url, or a mapping; the url's ${VARS} come from the
+    environment (keep the password there, not in config.yaml)."""
+    raw = section.get("store") or {}
+    if isinstance(raw, str):
+        raw = {"backend": raw}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"knowledgebase.store must be sqlite, postgres, or a mapping with a backend key, not {show(raw)}.")
+    check_keys(raw, ("backend", "url"), "knowledgebase.store.", " of store")
+    backend = _choice(STORES)("store.backend", raw.get("backend", "sqlite"))
+    url = raw.get("url")
+    if backend == "sqlite":
+        if url is not None:
+            raise ConfigError("knowledgebase.store.url is for the postgres backend; set store.backend: postgres or remove it.")
+        return StoreConfig()
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError("knowledgebase.store.url is needed for the postgres backend, e.g. "
+                          "postgresql://kb:${KB_PASSWORD}@db.example.com/knowledgebase.")
+    named = [braced or bare for braced, bare in re.findall(r"\$\{(\w+)\}|\$(\w+)", url)]
+    unset = [name for name in named if name not in os.environ]
+    if unset:
+        raise ConfigError(f"knowledgebase.store.url uses the environment variable {unset[0]}, which is not set.")
+    url = os.path.expandvars(url)
+    if not url.startswith(("postgresql://", "postgres://")):
+        raise ConfigError("knowledgebase.store.url must start with postgresql:// (a libpq connection URL).")
+    return StoreConfig(backend, url)
+
+
 def _directory(entry: Any, position: int, base: KnowledgebaseConfig) -> DirectoryConfig:
     where = f"directories[{position}]"
     if isinstance(entry, str):
@@ -340,7 +383,7 @@ def parse_knowledgebase(section: Any) -> KnowledgebaseConfig:
         raise ConfigError(f"knowledgebase must be a mapping of settings, not {show(section)}.")
     check_keys(section, _KNOWN_TOP, "knowledgebase.", listing=" (see config.example.yaml)")
     values = {key: check(key, section[key]) for key, check in _SCALARS.items() if key in section}
-    config = KnowledgebaseConfig(**values, embedding=_embedding(section),
+    config = KnowledgebaseConfig(**values, embedding=_embedding(section), store=_store(section),
                                  chunking=_chunking(section, "", ChunkingConfig()))
     raw_dirs = section.get("directories")
     if raw_dirs is None:

@@ -24,7 +24,7 @@ from pathlib import Path
 from . import keyword_cache, vector_cache
 from .config import DirectoryConfig
 from .service import KnowledgeBase, KnowledgebaseError
-from .store import IndexStore, StoreError, companion_paths, guarded, writer_lock
+from .store import IndexCorrupt, IndexStore, StoreError, companion_paths
 
 CACHES = {"vector cache": vector_cache, "keyword cache": keyword_cache}
 
@@ -56,15 +56,18 @@ def _examine_directory(kb: KnowledgeBase, directory: DirectoryConfig, repair: bo
     name = directory.name
     findings = [Finding(name, f"Leftover file {leftover.name} from an interrupted cache build.", "removed")
                 for leftover in _leftovers(path)]
-    if not path.exists():
-        return findings
     try:
-        with guarded(path, name), IndexStore(path, create=False, name=name) as store:
-            problems = store.integrity_problems(full=full)
-            if not problems:
-                findings.extend(_examine_contents(name, path, store))
-    except StoreError as exc:
+        with kb.backend.guarded(path, name):
+            if not kb.backend.exists(path):
+                return findings
+            with kb.backend.open(path, create=False, name=name) as store:
+                problems = store.integrity_problems(full=full)
+                if not problems:
+                    findings.extend(_examine_contents(name, path, store))
+    except IndexCorrupt as exc:
         problems = [str(exc)]
+    except StoreError as exc:  # unreachable server, no permission: nothing a rebuild would mend
+        return [*findings, Finding(name, str(exc), "fix what the sentence says, then run `hermes kb doctor` again")]
     if problems:
         findings.append(Finding(name, f"The index of {name} is corrupt ({problems[0]}).",
                                 f"moved aside to {path.name}.corrupt and rebuilt from {directory.path}"))
@@ -96,7 +99,7 @@ def _repair(kb: KnowledgeBase, directory: DirectoryConfig, path: Path, findings:
     if not findings:
         return
     try:
-        with writer_lock(path):
+        with kb.backend.guarded(path, directory.name), kb.backend.writer_lock(path, directory.name):
             for leftover in _leftovers(path):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(leftover)

@@ -256,9 +256,7 @@ class _Run:
                 self.store.finish_reembed()
             self.summary.skipped[:0] = self._not_yet_reported(self.passing_skips)
             self.store.set_meta(root=str(root), chunker=signature, updated_at=time.time())
-            if self.summary.added + self.summary.changed + self.summary.removed > 100:
-                self.store.optimize_fts()
-            self.store.checkpoint()
+            self.store.tidy(bulk=self.summary.added + self.summary.changed + self.summary.removed > 100)
             for copy, name, fallback in ((vector_cache, "vector", "sqlite-vec"), (keyword_cache, "keyword", "FTS5")):
                 try:
                     copy.refresh(self.store)

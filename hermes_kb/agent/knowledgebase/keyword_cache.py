@@ -166,6 +166,30 @@ def _write(path: Path, generation: str, postings: _Postings) -> None:
                                      "postings": total}, places)
 
 
+def bm25(query_words: Sequence[str], rows: Sequence[tuple[int, int, bytes]], frequencies: dict[str, float],
+         count: int, mean_tokens: float, k: int) -> list[tuple[int, float]]:
+    """(chunk id, bm25), best first, of the given chunks' term rows: the score a copy would give them,
+    from document frequencies counted elsewhere (`frequencies`, by query word)."""
+    times = Counter(_hash(t) for word in query_words for t in words(word))
+    idf = {}
+    for word in query_words:
+        for term in words(word):
+            n = frequencies.get(word, 0.0)
+            idf[_hash(term)] = max(np.log((count - n + 0.5) / (n + 0.5)), MIN_IDF)
+    scored = []
+    for chunk_id, tokens, packed in rows:
+        records = np.frombuffer(packed, dtype=_TERM_RECORD)
+        relative = tokens / max(mean_tokens, 1e-9)
+        score = 0.0
+        for term_hash, tf in zip(records["hash"].tolist(), records["count"].tolist()):
+            if term_hash in times:
+                score += times[term_hash] * idf[term_hash] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * relative))
+        if score > 0:
+            scored.append((chunk_id, score))
+    scored.sort(key=lambda pair: (-pair[1], pair[0]))
+    return scored[:k]
+
+
 def build(path: Path, generation: str, rows: Iterable[tuple[int, int, bytes]]) -> None:
     """Write the inverted index from every chunk's (chunk id, tokens, packed term records), in chunk id order."""
     _write(path, generation, _collect(rows))

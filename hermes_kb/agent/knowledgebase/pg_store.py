@@ -36,6 +36,7 @@ from .store import CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, Chunk
 MIN_SERVER = 130000  # PostgreSQL 13: the oldest pgvector 0.7+ supports
 MIN_PGVECTOR = (0, 7, 0)  # halfvec, for the HNSW index
 HNSW = {"m": 16, "ef_construction": 64}
+KEYWORD_CANDIDATES = 1000  # chunks the server's full-text index hands to BM25 when no keyword copy is current
 EF_SEARCH = 400  # candidates; 100k chunks (benchmarks/pg_store.py): recall@10 0.910 at 100, 0.954 at 200, 0.975 at 400 (p50 4.7 ms)
 
 _SCHEMA = """
@@ -48,8 +49,10 @@ CREATE TABLE IF NOT EXISTS {s}.chunks(
     id BIGSERIAL PRIMARY KEY, file_id BIGINT NOT NULL REFERENCES {s}.files(id) ON DELETE CASCADE,
     ord INTEGER NOT NULL, text TEXT NOT NULL, start_char INTEGER NOT NULL, end_char INTEGER NOT NULL,
     start_line INTEGER NOT NULL, end_line INTEGER NOT NULL, page INTEGER, heading TEXT NOT NULL DEFAULT '',
-    content_hash TEXT NOT NULL);
+    content_hash TEXT NOT NULL,
+    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', heading || ' ' || text)) STORED);
 CREATE INDEX IF NOT EXISTS chunks_file ON {s}.chunks(file_id);
+CREATE INDEX IF NOT EXISTS chunks_tsv ON {s}.chunks USING gin(tsv);
 CREATE INDEX IF NOT EXISTS chunks_hash ON {s}.chunks(content_hash);
 CREATE TABLE IF NOT EXISTS {s}.chunk_terms(
     chunk_id BIGINT PRIMARY KEY REFERENCES {s}.chunks(id) ON DELETE CASCADE,
@@ -63,26 +66,27 @@ def schema_name(key: str, name: str) -> str:
     return f"kb_{slug}_{hashlib.blake2b(key.encode(), digest_size=5).hexdigest()}"
 
 
-def _where(url: str) -> str:
+def where(url: str) -> str:
+    """host:port of a URL: what messages name (never the password)."""
     parts = urlsplit(url)
     return f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
 
 
 def _explain_connect(exc: Exception, url: str) -> StoreError:
     """One sentence for what a user got wrong when connecting, from libpq's message."""
-    text, where, user = str(exc), _where(url), urlsplit(url).username or "the default user"
+    text, at, user = str(exc), where(url), urlsplit(url).username or "the default user"
     reasons = (
-        ("password authentication failed", f"PostgreSQL at {where} refused the credentials of {user}; check the user "
+        ("password authentication failed", f"PostgreSQL at {at} refused the credentials of {user}; check the user "
                                             "and password in knowledgebase.store.url."),
-        ("does not exist", f"PostgreSQL at {where} has no such database or role ({text.strip().splitlines()[-1]}); "
+        ("does not exist", f"PostgreSQL at {at} has no such database or role ({text.strip().splitlines()[-1]}); "
                            "create it or fix knowledgebase.store.url."),
-        ("no password supplied", f"PostgreSQL at {where} wants a password for {user}; put it in knowledgebase.store.url "
+        ("no password supplied", f"PostgreSQL at {at} wants a password for {user}; put it in knowledgebase.store.url "
                                  "(or an environment variable it names)."),
     )
     for needle, sentence in reasons:
         if needle in text:
             return StoreError(sentence)
-    return StoreError(f"Cannot reach the PostgreSQL server at {where} ({text.strip().splitlines()[-1] if text.strip() else type(exc).__name__}); "
+    return StoreError(f"Cannot reach the PostgreSQL server at {at} ({text.strip().splitlines()[-1] if text.strip() else type(exc).__name__}); "
                       "is it running and is knowledgebase.store.url right?")
 
 
@@ -95,7 +99,7 @@ def connect(url: str, timeout_s: float = 10.0):
     except psycopg.Error as exc:
         raise _explain_connect(exc, url) from None
     try:
-        check_server(conn, _where(url))
+        check_server(conn, where(url))
     except BaseException:
         conn.close()
         raise
@@ -146,8 +150,8 @@ class PgIndexStore(StoreCommon):
             with self.transaction():
                 conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
                 conn.execute(_SCHEMA.format(s=f'"{schema}"'))
-                if self.meta("schema_version") is None:
-                    self.set_meta(schema_version=SCHEMA_VERSION, created_at=time.time())
+                if self.meta("schema_version") is None:  # the name: other hosts list it as a folder indexed by path
+                    self.set_meta(schema_version=SCHEMA_VERSION, created_at=time.time(), name=self.name)
         written = int(self.meta("schema_version") or SCHEMA_VERSION)
         if written > SCHEMA_VERSION:
             raise StoreError(f"The index of {self.name} was written by a newer hermes-knowledgebase (schema {written}; "
@@ -330,7 +334,38 @@ class PgIndexStore(StoreCommon):
         return vector_cache.best_per_chunk(np.array([r[0] for r in rows], dtype=np.int64),
                                            np.array([r[1] for r in rows], dtype=np.float64), k)
 
-    # --- keyword terms (the BM25 copy is built from these, as from SQLite's) -------------------
+    # --- keywords: the BM25 copy is built from chunk_terms, as from SQLite's; searched here only
+    # when no current copy can be had (a reader while another host writes, an index past its size)
+    def keyword(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """(chunk id, bm25), best first: the server's full-text index finds the chunks holding any term
+        (its English stemmer), and they are scored with BM25 from their own terms, as a copy would."""
+        terms = list(terms)
+        if not terms:
+            return []
+        found = self._full_text(" or ".join(f'"{term}"' for term in terms), KEYWORD_CANDIDATES)
+        if not found:
+            return []
+        count, mean_tokens = self.conn.execute(f"SELECT COUNT(*), COALESCE(AVG(tokens), 0) FROM {self._t('chunk_terms')}").fetchone()
+        frequencies = dict(zip(terms, self.document_frequencies(terms)))
+        return keyword_cache.bm25(terms, self.terms_of(found), frequencies, count, float(mean_tokens), k)
+
+    def keyword_phrase(self, literal: str, k: int) -> list[tuple[int, float]]:
+        found = self._full_text('"' + literal.replace('"', " ") + '"', k)
+        return [(chunk_id, 1.0) for chunk_id in found]
+
+    def _full_text(self, websearch: str, limit: int) -> list[int]:
+        rows = self.conn.execute(f"SELECT c.id FROM {self._t('chunks')} c, websearch_to_tsquery('english', %s) q "
+                                 f"WHERE c.tsv @@ q ORDER BY ts_rank(c.tsv, q, 1) DESC, c.id LIMIT %s", (websearch, limit))
+        return [row[0] for row in rows.fetchall()]
+
+    def document_frequencies(self, terms: Sequence[str]) -> list[float]:
+        """Chunks holding each term, counted by the server's full-text index."""
+        if not terms:
+            return []
+        sql = "SELECT " + ", ".join(f"(SELECT COUNT(*) FROM {self._t('chunks')} WHERE tsv @@ plainto_tsquery('english', %s))"
+                                    for _ in terms)
+        return [float(n) for n in self.conn.execute(sql, list(terms)).fetchone()]
+
     def chunk_total(self) -> int:
         return self.conn.execute(f"SELECT COUNT(*) FROM {self._t('chunks')}").fetchone()[0]
 
@@ -390,23 +425,40 @@ class PgIndexStore(StoreCommon):
                                      f"WHERE NOT EXISTS (SELECT 1 FROM {self._t('chunk_vec')} v WHERE v.id = c.id << {WINDOW_BITS})")
         return {row[0] for row in rows.fetchall()}
 
-    @contextlib.contextmanager
-    def writer_lock(self, wait: bool = True) -> Iterator[None]:
-        """One writer per directory across every host: a session advisory lock named by the schema,
-        released by the server if this process dies. Raises IndexBusy when taken and not waiting."""
-        key = int.from_bytes(hashlib.blake2b(self.schema.encode(), digest_size=8).digest(), "big", signed=True)
-        if wait:
-            self.conn.execute("SELECT pg_advisory_lock(%s)", (key,))
-        elif not self.conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
-            raise IndexBusy(f"Another process is indexing {self.name}; try again when it finishes.")
-        try:
-            yield
-        finally:
-            self.conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+    def tidy(self, bulk: bool) -> None:
+        """After an index run: the HNSW index, built once after the first bulk load (kept by inserts since)."""
+        self.build_vector_index()
+
+    def integrity_problems(self, full: bool = False, limit: int = 5) -> list[str]:
+        """The server keeps its own pages whole (WAL, checksums where enabled): nothing to check here."""
+        return []
+
+    def size_bytes(self) -> int:
+        """Tables, their indexes and TOAST on the server."""
+        row = self.conn.execute("SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n "
+                                "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'", (self.schema,)).fetchone()
+        return int(row[0])
 
     def drop(self) -> None:
         """Delete this directory's whole index (`clear`)."""
         self.conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+
+
+@contextlib.contextmanager
+def advisory_lock(conn, schema: str, name: str, wait: bool = True, on_wait=None) -> Iterator[None]:
+    """One writer per directory across every host: a session advisory lock named by the schema, held
+    on `conn` and released by the server if this process dies. IndexBusy when taken and not waiting."""
+    key = int.from_bytes(hashlib.blake2b(schema.encode(), digest_size=8).digest(), "big", signed=True)
+    if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
+        if not wait:
+            raise IndexBusy(f"Another process is indexing {name}; try again when it finishes.")
+        if on_wait:
+            on_wait()
+        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
+    try:
+        yield
+    finally:
+        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
 def _literal(vector: np.ndarray) -> str:

@@ -154,11 +154,6 @@ def identifier_terms(query: str, terms: Sequence[str]) -> list[str]:
     return [t for t in dict.fromkeys(extra) if t not in terms]
 
 
-def fts_query(terms: Sequence[str]) -> str | None:
-    """Every term quoted and OR-ed: user punctuation, AND, NEAR or `*` are never FTS syntax."""
-    return " OR ".join(f'"{t}"' for t in terms) if terms else None
-
-
 def well_formed(text: str) -> str:
     """Lone surrogates (undecodable argv bytes, a JSON `\\udcff`) become U+FFFD: SQLite, the
     tokenizer and the embedder all need text that encodes as UTF-8, and one bad character must
@@ -189,11 +184,6 @@ def _holds(text: str, literal: str) -> bool:
     return literal in text if literal != literal.lower() else literal in text.lower()
 
 
-def _phrase(literal: str) -> str:
-    """FTS5 tokenizes a quoted string into a phrase: its words, in order, next to each other."""
-    return '"' + literal.replace('"', '""') + '"'
-
-
 def keyword_scale(source: SearchSource, terms: Sequence[str]) -> float:
     """The bm25 a chunk of average length holding each query word once would get in this index.
 
@@ -205,7 +195,7 @@ def keyword_scale(source: SearchSource, terms: Sequence[str]) -> float:
     if source.keywords is not None:
         count, frequencies = source.keywords.count, source.keywords.document_frequencies(terms)
     else:
-        count, frequencies = source.store.chunk_total(), source.store.document_frequencies([fts_query([t]) for t in terms])
+        count, frequencies = source.store.chunk_total(), source.store.document_frequencies(terms)
     return sum(max(math.log((count - n + 0.5) / (n + 0.5)), MIN_IDF) for n in frequencies)
 
 
@@ -218,7 +208,7 @@ def affordable_terms(store: IndexStore, terms: list[str], budget: int | None) ->
     """
     if budget is None or len(terms) < 2:
         return terms
-    cost = dict(zip(terms, store.document_frequencies([fts_query([t]) for t in terms])))
+    cost = dict(zip(terms, store.document_frequencies(terms)))
     if sum(cost.values()) <= budget:
         return terms
     kept, spent = [], 0
@@ -269,8 +259,7 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
         if source.keywords:
             keyword_scores = source.keywords.search(searched, depth)
         else:
-            match = fts_query(affordable_terms(source.store, searched, options.keyword_row_budget))
-            keyword_scores = source.store.keyword(match, depth)
+            keyword_scores = source.store.keyword(affordable_terms(source.store, searched, options.keyword_row_budget), depth)
         for rank, (chunk_id, score) in enumerate(keyword_scores[:pool]):
             by_source[source.key][chunk_id] = _Candidate(source, chunk_id, bm25=score, found_by=["keyword"],
                                                           keyword_rank=rank)
@@ -306,7 +295,7 @@ def _mark_exact(source: SearchSource, query: str, by_id: dict[int, _Candidate], 
     for literal in literals(query):
         ids = source.keywords.holders_of_all_terms(literal, EXACT_DEPTH) if source.keywords else None
         if ids is None:
-            ids = [chunk_id for chunk_id, _ in source.store.keyword(_phrase(literal), EXACT_DEPTH)]
+            ids = [chunk_id for chunk_id, _ in source.store.keyword_phrase(literal, EXACT_DEPTH)]
         for chunk_id, row in source.store.chunks(ids).items():
             if _holds(row.text, literal):
                 candidate = by_id.setdefault(chunk_id, _Candidate(source, chunk_id, bm25=bm25.get(chunk_id, 0.0)))

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable
 
 from . import embeddings, keyword_cache, readable, vector_cache
+from .backends import backend_for
 from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, resolve_path, unique_name
 from .embeddings import EmbeddingError
 from .indexer import (
@@ -30,19 +31,7 @@ from .indexer import (
 from .keyword_cache import KeywordCache
 from .retriever import SearchError, SearchOptions, SearchResult, SearchSource, search, well_formed
 from .scanner import IgnoreRules, scan
-from .store import (
-    IndexBusy,
-    IndexCorrupt,
-    IndexStore,
-    StoreError,
-    driver_description,
-    guarded,
-    index_files,
-    index_size_bytes,
-    remove_index,
-    sqlite_driver,
-    writer_lock,
-)
+from .store import IndexBusy, IndexCorrupt, IndexStore, StoreError, index_files, writer_lock
 from .vector_cache import VectorCache
 
 log = logging.getLogger(__name__)
@@ -110,6 +99,7 @@ class KnowledgeBase:
                  embedder_factory: Callable[[], embeddings.Embedder] | None = None):
         self.config = config
         self.hermes_home = hermes_home
+        self.backend = backend_for(config.store, hermes_home)  # where indexes live: SQLite files or PostgreSQL
         self._embedder_factory = embedder_factory or (lambda: embeddings.create_embedder(config.embedding, hermes_home))
         # What the configured model will be, known without loading it; an injected embedder must be asked.
         self._expected_identity = None if embedder_factory else expected_identity(config.embedding)
@@ -178,55 +168,52 @@ class KnowledgeBase:
         return [orphan for _, orphan in self._unlisted_indexes() if orphan is not None]
 
     def _unlisted_indexes(self) -> list[tuple[DirectoryConfig | None, Orphan | None]]:
-        folder = self.hermes_home / "knowledgebase" / "indexes"
         configured = {self.index_path(d) for d in self.config.directories}
         configured_roots = {d.path: d.name for d in self.config.directories}
         taken = {d.name for d in self.config.directories}
         found: list[tuple[DirectoryConfig | None, Orphan | None]] = []
-        for path in sorted(folder.glob("*.sqlite")) if folder.is_dir() else ():
+        for index in self.backend.unlisted():
+            path, name, root = index.path, index.name, index.root
             if path in configured:
                 continue
-            try:
-                with IndexStore(path, create=False) as store:
-                    root = store.meta("root")
-            except StoreError as exc:
-                found.append((None, Orphan(path, None, f"unreadable: {exc}")))
-                continue
-            # The file is named NAME-DIGEST.sqlite: the name chosen at its first run, the digest its folder's path.
-            name, _, digest = path.stem.rpartition("-")
-            if not root:
+            if index.problem:
+                found.append((None, Orphan(path, None, index.problem)))
+            elif not root:
                 found.append((None, Orphan(path, None, "its first index run stopped before it wrote a file")))
             elif not Path(root).is_dir():
                 found.append((None, Orphan(path, root, f"its folder {root} is gone (renamed or deleted)")))
             elif Path(root) in configured_roots:
                 found.append((None, Orphan(path, root, f"its folder is configured as {configured_roots[Path(root)]} "
                                                        f"now, which has an index of its own")))
-            elif not name or DirectoryConfig(Path(root), name).resolved_index_path(self.hermes_home) != path:
+            elif not name or self.index_path(DirectoryConfig(Path(root), name)) != path:
                 found.append((None, Orphan(path, root, "it no longer matches its folder's path")))
             else:
                 directory = DirectoryConfig(path=Path(root), name=name if name not in taken else unique_name(Path(root), taken),
                                             index_path=path, chunking=self.config.chunking)
                 taken.add(directory.name)
                 found.append((directory, None))
+        if self.backend.shared:  # on a shared server the rest are other hosts' indexes, not orphans
+            found = [(directory, orphan) for directory, orphan in found if directory is not None]
         return found
 
     def index_path(self, directory: DirectoryConfig) -> Path:
-        return directory.resolved_index_path(self.hermes_home)
+        """The index's local path: its SQLite file, or where this machine keeps a server index's copies."""
+        return self.backend.index_path(directory)
 
     def _reader(self, index_path: Path) -> IndexStore | None:
         """A read connection kept open between searches (opening one costs ~1-2 ms, a tenth of a
-        search at 100k chunks); one per thread, reopened when the file was replaced or deleted."""
-        try:
-            st = os.stat(index_path)
-        except FileNotFoundError:
-            return None
+        search at 100k chunks); one per thread, reopened when the index was replaced or deleted."""
         key = (index_path, threading.get_ident())
         identity, store = self._readers.get(key, (None, None))
-        if identity != (st.st_dev, st.st_ino):
+        current = self.backend.identity(index_path, store)
+        if current != identity:
             if store is not None:
                 store.close()
-            store = IndexStore(index_path, create=False)
-            self._readers[key] = ((st.st_dev, st.st_ino), store)
+            self._readers.pop(key, None)
+            if current is None:
+                return None
+            store = self.backend.open(index_path, create=False)
+            self._readers[key] = (current, store)
         return store
 
     def _copy(self, kind: str, index_path: Path, store: IndexStore) -> VectorCache | KeywordCache | None:
@@ -287,10 +274,10 @@ class KnowledgeBase:
                                      f"it in config.yaml.")
         path = self.index_path(directory)
         reporter = progress() if progress else NullProgress()
-        with guarded(path, directory.name):
-            with writer_lock(path, wait=wait,
-                             on_wait=lambda: reporter.note(f"Waiting for another process indexing {directory.name}...")):
-                with IndexStore(path, name=directory.name) as store:
+        with self.backend.guarded(path, directory.name):
+            with self.backend.writer_lock(path, directory.name, wait=wait, on_wait=lambda: reporter.note(
+                    f"Waiting for another process indexing {directory.name}...")):
+                with self.backend.open(path, name=directory.name) as store:
                     return index_directory(directory, self.config, store, self.embedder, reporter, full, only)
 
     def search(self, query: str, k: int = 10, directory: str | None = None, mode: str = "hybrid",
@@ -329,7 +316,7 @@ class KnowledgeBase:
                 sources = []
                 for target in targets:
                     try:
-                        with guarded(self.index_path(target), target.name):
+                        with self.backend.guarded(self.index_path(target), target.name):
                             source = self._source(target, stack, directory)
                     except StoreError as exc:
                         if directory is not None:
@@ -346,7 +333,7 @@ class KnowledgeBase:
                 try:
                     result = self._search_or_keywords(sources, query, options)
                     culprit = None
-                except sqlite_driver()[0].DatabaseError as exc:
+                except self.backend.query_errors() as exc:
                     culprit = self._damaged(sources)  # the query met damage in one of them: which?
                     if culprit is None:
                         raise StoreError(f"Search failed in an index: {exc}.") from None
@@ -379,9 +366,27 @@ class KnowledgeBase:
                 raise KnowledgebaseError(f"{target.name} is not indexed yet; run `hermes kb index {directory}`.")
             return None
         refusal = self._refusal(target, store)
+        if self.backend.shared:
+            self._catch_up_keywords(path, store)
         stack.enter_context(store.snapshot())
         return SearchSource(target.name, str(target.path), store, refusal,
                             self._copy("vector_cache", path, store), self._copy("keyword_cache", path, store))
+
+    @staticmethod
+    def _catch_up_keywords(path: Path, store: IndexStore) -> None:
+        """A shared index another host wrote to: this machine's keyword copy is brought up to date
+        before searching (only what changed is merged in), so keyword scores stay BM25 over the whole
+        index. Skipped while a process here holds the lock (an index run rebuilds it at its end); the
+        server's full-text index then finds the chunks, still scored by BM25."""
+        if keyword_cache.read_generation(keyword_cache.cache_path(path)) == store.generation():
+            return
+        try:
+            with writer_lock(path, wait=False):
+                keyword_cache.refresh(store)
+        except IndexBusy:
+            pass
+        except (OSError, ValueError) as exc:
+            log.warning("could not bring the keyword copy of %s up to date: %s", path.name, exc)
 
     @staticmethod
     def _damaged(sources: list[SearchSource]) -> tuple[str, IndexCorrupt, Path] | None:
@@ -443,27 +448,28 @@ class KnowledgeBase:
         for directory in directories:
             path = self.index_path(directory)
             row = {"name": directory.name, "root": str(directory.path), "index_path": str(path),
-                   "indexed": path.exists(), "driver": driver_description(), "health": "ok"}
-            if path.exists():
-                try:
-                    with guarded(path, directory.name):
+                   "indexed": False, "driver": self.backend.describe(), "health": "ok"}
+            try:
+                with self.backend.guarded(path, directory.name):
+                    row["indexed"] = self.backend.exists(path)
+                    if row["indexed"]:
                         row.update(self._index_status(directory, path))
-                except StoreError as exc:
-                    row.update(health="corrupt" if isinstance(exc, IndexCorrupt) else "error", problem=str(exc))
+            except StoreError as exc:
+                row.update(health="corrupt" if isinstance(exc, IndexCorrupt) else "error", problem=str(exc))
             if not directory.path.is_dir():
                 row.update(health="missing", problem=f"The folder {directory.path} of {directory.name} does not exist; "
                                                      f"fix or remove it in config.yaml.")
             rows.append(row)
         if target is None:
             rows.extend({"name": o.name, "root": o.root, "index_path": str(o.index_path), "indexed": True,
-                         "driver": driver_description(), "health": "orphaned",
+                         "driver": self.backend.describe(), "health": "orphaned",
                          "problem": f"The index {o.name} belongs to no folder: {o.reason}; `hermes kb clear {o.name}` "
                                     f"removes it."} for o in self.orphans())
         return rows
 
     def _index_status(self, directory: DirectoryConfig, path: Path) -> dict:
         row: dict = {}
-        with IndexStore(path, create=False, name=directory.name) as store:
+        with self.backend.open(path, create=False, name=directory.name) as store:
             meta = store.all_meta()
             known = store.files()
             row.update(store.counts())
@@ -479,11 +485,20 @@ class KnowledgeBase:
                 row[kind] = module.state(module.cache_path(path), store.generation())  # current, stale or corrupt
             if row["keyword_cache"] == "stale" and keyword_cache.over_limit(store):
                 row["keyword_cache"] = "off"
+            row["size_bytes"] = store.size_bytes()
         updated = float(meta.get("updated_at", 0) or 0)
         row["last_indexed"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(updated)) if updated else None
-        row["size_bytes"] = index_size_bytes(path)
         row["changed_on_disk"] = self._changed_on_disk(directory, known, path)
         return row
+
+    def indexed_files(self, directory: DirectoryConfig) -> dict:
+        """The files the index of `directory` holds, by relative path ({} when it is not indexed)."""
+        path = self.index_path(directory)
+        with self.backend.guarded(path, directory.name):
+            if not self.backend.exists(path):
+                return {}
+            with self.backend.open(path, create=False, name=directory.name) as store:
+                return store.files()
 
     def _changed_on_disk(self, directory: DirectoryConfig, known: dict, index_path: Path) -> int | None:
         """Stat-only count of files added, modified or deleted since the last index."""
@@ -499,8 +514,8 @@ class KnowledgeBase:
         cleared = []
         for name, path in self.clear_targets(target):
             self.forget(path)
-            with writer_lock(path):
-                if remove_index(path):
+            with self.backend.guarded(path, name), self.backend.writer_lock(path, name):
+                if self.backend.remove(path):
                     cleared.append(name)
         return cleared
 

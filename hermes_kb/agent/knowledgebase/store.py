@@ -196,6 +196,16 @@ CHUNK_COLUMNS = ("c.id, f.path, f.kind, c.ord, c.text, c.start_line, c.end_line,
                  "f.size, f.mtime_ns")
 
 
+def fts_query(terms: Sequence[str]) -> str | None:
+    """Every term quoted and OR-ed: user punctuation, AND, NEAR or `*` are never FTS syntax."""
+    return " OR ".join(f'"{t}"' for t in terms) if terms else None
+
+
+def fts_phrase(literal: str) -> str:
+    """FTS5 tokenizes a quoted string into a phrase: its words, in order, next to each other."""
+    return '"' + literal.replace('"', '""') + '"'
+
+
 def _blob(vector: np.ndarray) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
 
@@ -475,8 +485,17 @@ class IndexStore(StoreCommon):
         return vector_cache.best_per_chunk(np.array(ids, dtype=np.int64), np.array(scores), k)
 
     # --- keywords -----------------------------------------------------------------------
-    def keyword(self, match: str, k: int) -> list[tuple[int, float]]:
-        """(chunk id, positive bm25 score), best first. `match` must already be safe FTS syntax."""
+    def keyword(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+        """(chunk id, positive bm25 score), best first, of chunks holding any of the terms."""
+        return self._match(fts_query(terms), k)
+
+    def keyword_phrase(self, literal: str, k: int) -> list[tuple[int, float]]:
+        """Chunks holding the literal's words in order, next to each other (punctuation aside)."""
+        return self._match(fts_phrase(literal), k)
+
+    def _match(self, match: str | None, k: int) -> list[tuple[int, float]]:
+        if not match:
+            return []
         rows = self.conn.execute("SELECT rowid, -bm25(chunks_fts) AS score FROM chunks_fts WHERE chunks_fts MATCH ? "
                                  "ORDER BY bm25(chunks_fts) LIMIT ?", (match, k))
         return [(rowid, score) for rowid, score in rows]
@@ -485,15 +504,15 @@ class IndexStore(StoreCommon):
         """Rows FTS5 counts for its IDF (one per chunk)."""
         return self.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
 
-    def document_frequencies(self, phrases: Sequence[str]) -> list[float]:
-        """Chunks matching each FTS phrase, counted in a few id windows spread over the index and scaled.
+    def document_frequencies(self, terms: Sequence[str]) -> list[float]:
+        """Chunks holding each term, counted in a few id windows spread over the index and scaled.
 
         FTS5 keeps no document frequencies (fts5vocab walks whole posting lists, as slow as the
         search it would plan), while a seek into a rowid window is cheap. Exact on small indexes.
         """
         low, high = self.conn.execute("SELECT (SELECT min(id) FROM chunks), (SELECT max(id) FROM chunks)").fetchone()
         if low is None:
-            return [0.0] * len(phrases)
+            return [0.0] * len(terms)
         span = high - low + 1
         if span <= DF_SAMPLE_WINDOWS * DF_SAMPLE_ROWS:
             windows = [(low, high)]
@@ -504,7 +523,7 @@ class IndexStore(StoreCommon):
         sql = "SELECT " + " + ".join(f"(SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?1 AND rowid BETWEEN ?{2 * i + 2} "
                                      f"AND ?{2 * i + 3})" for i in range(len(windows)))
         bounds = [value for window in windows for value in window]
-        return [self.conn.execute(sql, (phrase, *bounds)).fetchone()[0] * scale for phrase in phrases]
+        return [self.conn.execute(sql, (fts_query([term]), *bounds)).fetchone()[0] * scale for term in terms]
 
     def chunks_without_terms(self, limit: int) -> list[tuple[int, str, str]]:
         """(id, text, heading) of chunks written before chunk_terms existed."""
@@ -541,8 +560,14 @@ class IndexStore(StoreCommon):
         table = np.array(rows, dtype=np.int64).reshape(-1, 3)
         return table[:, 0], table[:, 1].astype(np.float64), table[:, 2]
 
-    def optimize_fts(self) -> None:
-        self.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+    def tidy(self, bulk: bool) -> None:
+        """After an index run: merge FTS5's segments when many files changed, and fold the WAL back."""
+        if bulk:
+            self.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('optimize')")
+        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+
+    def size_bytes(self) -> int:
+        return sum(p.stat().st_size for p in companion_paths(self.path) if p.exists())
 
     # --- reading ------------------------------------------------------------------------
     def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRow]:
@@ -559,9 +584,6 @@ class IndexStore(StoreCommon):
         vectors = self.conn.execute("SELECT COUNT(*) FROM chunk_vec").fetchone()[0] if self.has_vector_table() else 0
         fts = self.conn.execute("SELECT COUNT(*) FROM chunks_fts_docsize").fetchone()[0]
         return {"files": files, "files_with_errors": errors, "chunks": chunks, "vectors": vectors, "fts_rows": fts}
-
-    def checkpoint(self) -> None:
-        self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def integrity_problems(self, full: bool = False, limit: int = 5) -> list[str]:
         """SQLite's own check (quick: pages and structure; full: indexes against tables too) plus the
@@ -602,10 +624,6 @@ def index_files(path: Path) -> tuple[Path, ...]:
     """Every file an index keeps beside itself, the lock included: never indexed as content, whatever
     the index file is called (a scan skips *.sqlite* by name only)."""
     return (*companion_paths(path), Path(f"{path}.lock"))
-
-
-def index_size_bytes(path: Path) -> int:
-    return sum(p.stat().st_size for p in companion_paths(path) if p.exists())
 
 
 class IndexBusy(RuntimeError):

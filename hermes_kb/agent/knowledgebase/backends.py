@@ -1,0 +1,211 @@
+"""Where a directory's index lives, and what depends on it: opening, locking, removing, sizing, listing.
+
+The facade asks its backend (chosen by `knowledgebase.store`) instead of
+assuming one SQLite file per directory. Either way an index has a local path
+under HERMES_HOME: the SQLite file itself, or, for PostgreSQL, the name this
+machine gives its derived copies (keyword and vector copies, the lock file),
+ending in the schema's name. Nothing above this module knows which it is.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+from . import store
+from .config import DirectoryConfig, StoreConfig
+
+
+@dataclass(frozen=True)
+class Unlisted:
+    """An index no configured directory owns: a folder indexed by path, or an orphan."""
+    path: Path
+    name: str  # the directory name it was first indexed under ('' when unknown)
+    root: str | None
+    problem: str | None = None  # why it could not be read
+
+
+class SqliteBackend:
+    """One SQLite file per directory under HERMES_HOME (the default)."""
+
+    label = "sqlite"
+    shared = False  # nobody else writes here: an index no folder claims is an orphan to report
+
+    def __init__(self, hermes_home: Path):
+        self.hermes_home = hermes_home
+
+    def index_path(self, directory: DirectoryConfig) -> Path:
+        return directory.resolved_index_path(self.hermes_home)
+
+    def open(self, path: Path, name: str | None = None, create: bool = True) -> store.IndexStore:
+        return store.IndexStore(path, create=create, name=name)
+
+    def exists(self, path: Path) -> bool:
+        return path.exists()
+
+    def identity(self, path: Path, opened: store.IndexStore | None) -> tuple | None:
+        """What changes when the index is replaced (a repair, a clear and a rebuild); None: no index."""
+        try:
+            st = os.stat(path)
+        except FileNotFoundError:
+            return None
+        return st.st_dev, st.st_ino
+
+    def writer_lock(self, path: Path, name: str, wait: bool = True, on_wait=None):
+        return store.writer_lock(path, on_wait=on_wait, wait=wait)
+
+    def remove(self, path: Path) -> bool:
+        return store.remove_index(path)
+
+    def guarded(self, path: Path, name: str):
+        return store.guarded(path, name)
+
+    def query_errors(self) -> tuple[type[BaseException], ...]:
+        return (store.sqlite_driver()[0].DatabaseError,)
+
+    def describe(self) -> str:
+        return store.driver_description()
+
+    def unlisted(self) -> list[Unlisted]:
+        folder = self.hermes_home / "knowledgebase" / "indexes"
+        found = []
+        for path in sorted(folder.glob("*.sqlite")) if folder.is_dir() else ():
+            # The file is named NAME-DIGEST.sqlite: the name chosen at its first run, the digest its folder's path.
+            name = path.stem.rpartition("-")[0]
+            try:
+                with store.IndexStore(path, create=False) as opened:
+                    found.append(Unlisted(path, name, opened.meta("root")))
+            except store.StoreError as exc:
+                found.append(Unlisted(path, name, None, f"unreadable: {exc}"))
+        return found
+
+
+class PostgresBackend:
+    """One schema per directory on a PostgreSQL server with pgvector, shared by every host that
+    names the same server: a directory's schema is keyed like its SQLite file (name and folder
+    path), so hosts that mount the folder at the same path share one index."""
+
+    label = "postgres"
+    shared = True  # other hosts' indexes live here too: never reported as orphans of this machine
+
+    def __init__(self, hermes_home: Path, url: str):
+        self.hermes_home, self.url = hermes_home, url
+
+    def _connect(self):
+        from . import pg_store
+
+        return pg_store.connect(self.url)
+
+    def index_path(self, directory: DirectoryConfig) -> Path:
+        from .pg_store import schema_name
+
+        folder = self.hermes_home / "knowledgebase" / "postgres"
+        if directory.index_path is not None and directory.index_path.parent == folder:
+            return directory.index_path  # a folder indexed by path, found on the server under its schema
+        return folder / schema_name(directory.resolved_index_path(self.hermes_home).stem, directory.name)
+
+    def open(self, path: Path, name: str | None = None, create: bool = True):
+        from .pg_store import PgIndexStore
+
+        conn = self._connect()
+        try:
+            return PgIndexStore(conn, path.name, path, create=create, name=name)
+        except BaseException:
+            conn.close()
+            raise
+
+    def _schema_oid(self, conn, path: Path) -> int | None:
+        row = conn.execute("SELECT oid FROM pg_namespace WHERE nspname = %s", (path.name,)).fetchone()
+        return None if row is None else int(row[0])
+
+    def exists(self, path: Path) -> bool:
+        with self._connect() as conn:
+            return self._schema_oid(conn, path) is not None
+
+    def identity(self, path: Path, opened) -> tuple | None:
+        """The schema's oid (a dropped and recreated index gets a new one), asked on the open
+        connection; a connection that broke (a server restart) reads as a new identity, so the
+        caller reconnects."""
+        import psycopg
+
+        if opened is not None and not opened.conn.closed:
+            try:
+                oid = self._schema_oid(opened.conn, path)
+                return None if oid is None else ("schema", oid)
+            except psycopg.Error:
+                return ("reconnect", id(opened))
+        with self._connect() as conn:
+            oid = self._schema_oid(conn, path)
+        return None if oid is None else ("schema", oid)
+
+    @contextlib.contextmanager
+    def writer_lock(self, path: Path, name: str, wait: bool = True, on_wait=None) -> Iterator[None]:
+        """The server's advisory lock (one writer per directory on every host), then this machine's
+        file lock (its derived copies are rebuilt by searches too, see KnowledgeBase._source)."""
+        from .pg_store import advisory_lock
+
+        with self._connect() as conn, advisory_lock(conn, path.name, name, wait, on_wait):
+            with store.writer_lock(path, on_wait=on_wait, wait=wait):
+                yield
+
+    def remove(self, path: Path) -> bool:
+        with self._connect() as conn:
+            existed = self._schema_oid(conn, path) is not None
+            conn.execute(f'DROP SCHEMA IF EXISTS "{path.name}" CASCADE')
+        return store.remove_index(path) or existed  # the local copies go with it
+
+    @contextlib.contextmanager
+    def guarded(self, path: Path, name: str) -> Iterator[None]:
+        """Server errors as one sentence naming the directory (the URL's password never shown)."""
+        import psycopg
+
+        from .pg_store import where
+
+        try:
+            with store.guarded(path, name):  # the local copies and lock: disk errors
+                yield
+        except psycopg.OperationalError as exc:
+            raise store.StoreError(f"Lost the connection to PostgreSQL at {where(self.url)} while using the index of "
+                                   f"{name} ({_first_line(exc)}); nothing indexed was lost, try again.") from None
+        except psycopg.Error as exc:
+            raise store.StoreError(f"The index of {name} on PostgreSQL at {where(self.url)} failed: "
+                                   f"{_first_line(exc)}.") from None
+
+    def query_errors(self) -> tuple[type[BaseException], ...]:
+        import psycopg
+
+        return (psycopg.Error,)
+
+    def describe(self) -> str:
+        from .pg_store import where
+
+        return f"PostgreSQL at {where(self.url)} (pgvector)"
+
+    def unlisted(self) -> list[Unlisted]:
+        """Schemas of directories indexed by path: each one's root and name, in one query per schema."""
+        found = []
+        with self._connect() as conn:
+            schemas = [row[0] for row in conn.execute(
+                "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'kb\\_%' ORDER BY nspname").fetchall()]
+            for schema in schemas:
+                meta = dict(conn.execute(f'SELECT key, value FROM "{schema}".meta WHERE key IN (\'root\', \'name\')').fetchall()) \
+                    if conn.execute("SELECT to_regclass(%s)", (f'"{schema}".meta',)).fetchone()[0] else {}
+                found.append(Unlisted(self.hermes_home / "knowledgebase" / "postgres" / schema, meta.get("name", ""),
+                                      meta.get("root")))
+        return found
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+def backend_for(config: StoreConfig, hermes_home: Path) -> SqliteBackend | PostgresBackend:
+    """The backend `knowledgebase.store` names."""
+    if config.backend == "postgres":
+        return PostgresBackend(hermes_home, config.url)
+    return SqliteBackend(hermes_home)
+
