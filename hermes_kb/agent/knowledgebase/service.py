@@ -172,7 +172,12 @@ class KnowledgeBase:
         configured_roots = {d.path: d.name for d in self.config.directories}
         taken = {d.name for d in self.config.directories}
         found: list[tuple[DirectoryConfig | None, Orphan | None]] = []
-        for index in self.backend.unlisted():
+        try:
+            unlisted = self.backend.unlisted()
+        except StoreError as exc:  # a server out of reach: its configured directories each say so
+            log.info("cannot list the indexes of folders indexed by path: %s", exc)
+            unlisted = []
+        for index in unlisted:
             path, name, root = index.path, index.name, index.root
             if path in configured:
                 continue

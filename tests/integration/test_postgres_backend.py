@@ -1,0 +1,224 @@
+"""The whole facade on the PostgreSQL backend: index, search, freshness, status, clear, doctor, faults,
+and several hosts (HERMES_HOMEs) sharing one server. A real server (see tests/conftest.py), one
+database per test; hosts are separate HERMES_HOME folders, and separate processes where it matters."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hermes_kb.agent.knowledgebase import keyword_cache
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+from hermes_kb.agent.knowledgebase.doctor import examine
+from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase, KnowledgebaseError
+from hermes_kb.agent.knowledgebase.store import StoreError
+
+from ..conftest import StubEmbedder
+
+pytestmark = pytest.mark.integration
+REPO = Path(__file__).resolve().parents[2]
+
+NOTES = {
+    "deploy.md": "# Deploying\n\nRestart the release train after the deploy finishes; the canary goes first.\n",
+    "vitamin.md": "# Vitamin D\n\nVitamin D deficiency is linked to bone loss in older patients.\n",
+    "cells.md": "# Stem cells\n\nStem cells divide and renew; a cell culture needs fresh medium.\n",
+    "gardening.md": "# Garden\n\nTomatoes want sun, water in the morning, and stakes once they flower.\n",
+    "code.py": "def divide_line(text, width):\n    \"\"\"Split text into lines of at most width characters.\"\"\"\n"
+               "    return [text[i:i + width] for i in range(0, len(text), width)]\n",
+}
+
+
+def host(home: Path, url: str, *directories: Path, embedder=None) -> KnowledgeBase:
+    """A KnowledgeBase as one machine (its own HERMES_HOME) sees the shared server."""
+    home.mkdir(parents=True, exist_ok=True)
+    config = parse_knowledgebase({"directories": [str(d) for d in directories],
+                                  "store": {"backend": "postgres", "url": url}})
+    chosen = embedder or StubEmbedder()
+    return KnowledgeBase(config, home, embedder_factory=lambda: chosen)
+
+
+def ranking(kb: KnowledgeBase, query: str, mode: str) -> list[tuple[str, float]]:
+    return [(hit.path, round(hit.score, 4)) for hit in kb.search(query, k=5, mode=mode).hits]
+
+
+def test_search_ranks_as_on_sqlite_in_every_mode(tree, tmp_path, postgres_database, make_kb):
+    docs = tree(NOTES)
+    on_sqlite = make_kb(docs)
+    on_postgres = host(tmp_path / "pg-home", postgres_database, docs)
+    for kb in (on_sqlite, on_postgres):
+        [summary] = kb.index()
+        assert summary.error is None and summary.added == len(NOTES)
+    for query in ("vitamin deficiency in patients", "restart the release train", "divide_line", "cell culture medium"):
+        for mode in ("hybrid", "keyword", "vector"):
+            assert ranking(on_postgres, query, mode) == ranking(on_sqlite, query, mode), (query, mode)
+    exact = on_postgres.search("restart the release train", k=3).hits[0]
+    assert exact.path == "deploy.md" and "exact" in exact.found_by
+
+
+def test_status_clear_and_doctor(tree, tmp_path, postgres_database):
+    docs = tree(NOTES)
+    kb = host(tmp_path / "home", postgres_database, docs)
+    [before] = kb.status()
+    assert before["indexed"] is False and "PostgreSQL at 127.0.0.1" in before["driver"]
+    assert "hermes-test" not in str(before)  # the password is never shown
+    kb.index()
+    [row] = kb.status()
+    assert row["indexed"] and row["health"] == "ok" and row["files"] == len(NOTES)
+    assert row["chunks"] == row["vectors"] and row["chunks"] >= len(NOTES)
+    assert row["keyword_cache"] == "current" and row["vector_cache"] == "current" and row["size_bytes"] > 0
+    assert row["vector_search"] == "ok" and row["changed_on_disk"] == 0
+    (docs / "gardening.md").write_text("# Garden\n\nBeans climb.\n")
+    assert kb.status()[0]["changed_on_disk"] == 1
+    assert examine(kb) == []
+    keyword_cache.cache_path(kb.index_path(kb.config.directories[0])).unlink()
+    [finding] = examine(kb, repair=True)
+    assert "keyword cache" in finding.problem and finding.repaired
+    assert kb.status()[0]["keyword_cache"] == "current"
+    assert kb.clear() == [docs.name]
+    assert kb.status()[0]["indexed"] is False and kb.clear() == []
+    with pytest.raises(KnowledgebaseError, match="not indexed yet"):
+        kb.search("vitamin", directory=docs.name)
+
+
+def test_a_changed_file_is_found_fresh_and_a_deleted_one_goes(tree, tmp_path, postgres_database):
+    docs = tree(NOTES)
+    kb = host(tmp_path / "home", postgres_database, docs)
+    kb.index()
+    (docs / "vitamin.md").write_text("# Vitamin D\n\nVitamin D deficiency was reversed by sunlight zebrafish.\n")
+    [hit] = kb.search("vitamin deficiency", k=1, mode="keyword").hits
+    assert hit.path == "vitamin.md" and "zebrafish" in hit.text and not hit.stale  # re-indexed before answering
+    (docs / "cells.md").unlink()
+    [summary] = kb.index()
+    assert summary.removed == 1
+    assert all(hit.path != "cells.md" for hit in kb.search("stem cells", k=5).hits)
+
+
+def test_another_host_reads_the_index_and_follows_its_changes(tree, tmp_path, postgres_database):
+    docs = tree(NOTES)
+    writer = host(tmp_path / "writer-home", postgres_database, docs)
+    reader = host(tmp_path / "reader-home", postgres_database, docs)
+    writer.index()
+    copy = keyword_cache.cache_path(reader.index_path(reader.config.directories[0]))
+    assert not copy.exists()
+    assert reader.search("tomatoes sun", k=1).hits[0].path == "gardening.md"
+    assert keyword_cache.state(copy, reader._reader(copy.with_suffix("")).generation()) == "current"  # built here
+    (docs / "tomato-diary.md").write_text("# Diary\n\nThe tomatoes split after heavy rain.\n")
+    writer.index()
+    assert "tomato-diary.md" in [hit.path for hit in reader.search("tomatoes rain", k=3, mode="keyword").hits]
+    assert reader.status()[0]["files"] == len(NOTES) + 1
+
+
+def test_keyword_search_without_a_copy_scores_bm25_on_the_server(tree, tmp_path, postgres_database, monkeypatch):
+    """No current keyword copy (another process here holds the lock): the server's full-text index
+    finds the chunks and BM25 scores them from their own terms, as the copy would."""
+    docs = tree({**NOTES, **{f"filler{i}.md": f"# Filler {i}\n\nNotes about week {i} and the weather.\n"
+                             for i in range(20)}})
+    kb = host(tmp_path / "home", postgres_database, docs)
+    kb.index()
+    queries = ("vitamin deficiency patients", "weather week", "release train canary")
+    with_copy = {q: ranking(kb, q, "keyword") for q in queries}
+    monkeypatch.setattr(KnowledgeBase, "_catch_up_keywords", staticmethod(lambda *_: None))
+    keyword_cache.cache_path(kb.index_path(kb.config.directories[0])).unlink()
+    kb.forget(kb.index_path(kb.config.directories[0]))
+    served = []
+    original = PgIndexStore.keyword
+    monkeypatch.setattr(PgIndexStore, "keyword", lambda self, terms, k: served.append(terms) or original(self, terms, k))
+    for query in queries:
+        assert ranking(kb, query, "keyword") == with_copy[query], query
+    assert len(served) == len(queries)
+
+
+def test_connection_faults_are_one_sentence_and_lose_nothing(tree, tmp_path, postgres_database):
+    docs = tree(NOTES)
+    kb = host(tmp_path / "home", postgres_database, docs)
+    kb.index()
+    wrong = postgres_database.replace(":hermes-test@", ":wrong-password@")
+    bad = host(tmp_path / "home", wrong, docs)
+    with pytest.raises(StoreError, match="refused the credentials of postgres") as caught:
+        bad.search("vitamin", directory=docs.name)
+    assert "wrong-password" not in str(caught.value)
+    [row] = bad.status()
+    assert row["health"] == "error" and "refused the credentials" in row["problem"]
+    [summary] = bad.index()
+    assert "refused the credentials" in summary.error
+    from ..postgres_server import free_port
+
+    nobody = host(tmp_path / "home", f"postgresql://kb:pw@127.0.0.1:{free_port()}/kb", docs)
+    with pytest.raises(StoreError, match="Cannot reach the PostgreSQL server at 127.0.0.1"):
+        nobody.search("vitamin", directory=docs.name)
+    assert kb.search("vitamin deficiency", k=1).hits[0].path == "vitamin.md"  # the index was never touched
+
+
+def test_a_search_during_a_server_side_drop_is_one_sentence(tree, tmp_path, postgres_database):
+    """Another host clears the index while this one has it open: a sentence, then 'not indexed'."""
+    docs = tree(NOTES)
+    kb, other = (host(tmp_path / name, postgres_database, docs) for name in ("a", "b"))
+    kb.index()
+    assert kb.search("vitamin", k=1).hits
+    assert other.clear() == [docs.name]
+    with pytest.raises(KnowledgebaseError, match="Nothing is indexed yet"):
+        kb.search("vitamin", k=1)
+
+
+def _cli(home: Path, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "hermes_kb.hermes_cli.main", "kb", *args], cwd=REPO,
+                            env={**os.environ, "HERMES_HOME": str(home)}, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+def test_two_hosts_indexing_one_directory_at_once_make_one_index(tmp_path, postgres_database, real_embedder):
+    """Two processes with two HERMES_HOMEs index the same folder against one server (the real CLI and
+    model); searches from a third keep working throughout; the result is one index, as one run makes."""
+    docs = tmp_path / "shared"
+    docs.mkdir()
+    for i in range(80):
+        (docs / f"note{i:03}.md").write_text(f"# Note {i}\n\nObservation {i} concerns topic {i % 7} and item {i}.\n")
+    homes = [tmp_path / f"host{n}" for n in range(2)]
+    for home in homes:
+        home.mkdir()
+        (home / "config.yaml").write_text(yaml.safe_dump({"knowledgebase": {
+            "directories": [{"path": str(docs), "name": "shared"}],
+            "store": {"backend": "postgres", "url": postgres_database}}}))
+    reader = host(tmp_path / "reader", postgres_database, docs, embedder=real_embedder)
+    runs = [_cli(home, "index", "--json") for home in homes]
+    failures, searches = [], 0
+    stop = threading.Event()
+
+    def search_meanwhile():
+        nonlocal searches
+        while not stop.is_set():
+            try:
+                reader.search("observation topic 3", k=3)
+                searches += 1
+            except KnowledgebaseError as exc:  # before the first file is written: nothing to search yet
+                if "not indexed" not in str(exc) and "Nothing is indexed" not in str(exc):
+                    failures.append(repr(exc))
+            except Exception as exc:  # any other failure is what this test is for
+                failures.append(repr(exc))
+
+    thread = threading.Thread(target=search_meanwhile)
+    thread.start()
+    outputs = [run.communicate(timeout=300) for run in runs]
+    stop.set()
+    thread.join()
+    assert [run.returncode for run in runs] == [0, 0], [err for _, err in outputs]
+    summaries = sorted((json.loads(out)[0] for out, _ in outputs), key=lambda s: s["added"])
+    # One waited for the other (the server's lock: their local locks are in different homes), then had nothing to do.
+    assert [(s["added"], s["unchanged"]) for s in summaries] == [(0, 80), (80, 0)]
+    assert any("Waiting for another process indexing shared" in err for _, err in outputs)
+    assert failures == [] and searches > 0
+    [row] = reader.status()
+    assert (row["files"], row["chunks"], row["vectors"]) == (80, 80, 80)
+    hits = reader.search("observation 42 concerns", k=3).hits
+    assert hits[0].path == "note042.md"
+    store = reader._reader(reader.index_path(reader.config.directories[0]))
+    assert sorted(store.files()) == sorted(p.name for p in docs.iterdir())
+    assert store.conn.execute(f'SELECT COUNT(*) FROM "{store.schema}".chunks').fetchone()[0] == 80  # no duplicate
