@@ -273,7 +273,7 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     elif models:
         out.print("models: " + "; ".join(f"{safe(r['name'])}: {safe(r['model'])}" for r in rows if r.get("model")))
     if rows:
-        out.print(f"SQLite driver: {safe(rows[0]['driver'])}")
+        out.print(f"store: {safe(rows[0]['driver'])}")
     for row in rows:
         if row.get("files_with_errors"):
             count = row["files_with_errors"]

@@ -222,3 +222,50 @@ def test_two_hosts_indexing_one_directory_at_once_make_one_index(tmp_path, postg
     store = reader._reader(reader.index_path(reader.config.directories[0]))
     assert sorted(store.files()) == sorted(p.name for p in docs.iterdir())
     assert store.conn.execute(f'SELECT COUNT(*) FROM "{store.schema}".chunks').fetchone()[0] == 80  # no duplicate
+
+
+KILLED_REEMBED = """
+import sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[4])
+from tests.conftest import StubEmbedder
+from hermes_kb.agent.knowledgebase import indexer
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase
+
+class Slow(StubEmbedder):
+    def embed_documents(self, texts):
+        time.sleep(0.05)
+        return super().embed_documents(texts)
+
+indexer.EMBED_BATCH_CHUNKS = 4
+embedder = Slow(model_id="new-model")
+config = parse_knowledgebase({"directories": [sys.argv[1]], "store": {"backend": "postgres", "url": sys.argv[3]}})
+KnowledgeBase(config, Path(sys.argv[2]), embedder_factory=lambda: embedder).index(full=True)
+"""
+
+
+def test_sigkill_mid_run_releases_the_lock_and_another_host_finishes_the_work(tree, tmp_path, postgres_database):
+    import signal
+    import time
+
+    docs = tree({f"n{i}.md": f"# Note {i}\n\nbody {i} " + " ".join(f"w{j}" for j in range(60)) + "\n" for i in range(120)})
+    first = host(tmp_path / "first", postgres_database, docs)
+    first.index()  # with the "stub" model
+    child = subprocess.Popen([sys.executable, "-c", KILLED_REEMBED, str(docs), str(tmp_path / "first"), postgres_database,
+                              str(REPO)])
+    store = first._reader(first.index_path(first.config.directories[0]))
+    deadline = time.time() + 60
+    while time.time() < deadline:  # kill once the re-embed is under way, with part of it written
+        if store.reembed_pending() and store.has_vector_table() and 0 < store.counts()["vectors"] < 100:
+            break
+        time.sleep(0.05)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    other = host(tmp_path / "second", postgres_database, docs, embedder=StubEmbedder(model_id="new-model"))
+    waiting = other.status()[0]["chunks_without_vectors"]
+    assert waiting > 0
+    [summary] = other.index(wait=False)  # the dead process's lock went with its connection
+    assert summary.error is None and summary.chunks_embedded == waiting  # only what the killed run had not done
+    [row] = other.status()
+    assert row["vector_search"] == "ok" and row["vectors"] == row["chunks"] and examine(other) == []
