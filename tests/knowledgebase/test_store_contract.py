@@ -86,6 +86,19 @@ def test_window_vectors_round_trip_exactly_and_knn_finds_the_best_window(store):
         store.chunks([other])[other].content_hash}
 
 
+def test_deep_knn_returns_every_chunk_ranked(store):
+    """A search's pool reaches 4,096 windows (filtered searches, eval depth 300): past pgvector's
+    ef_search cap of 1000 the iterative scan still fills it."""
+    store.pin_model(IDENTITY)
+    rng = np.random.default_rng(3)
+    vectors = [v / np.linalg.norm(v) for v in rng.normal(size=(1200, IDENTITY.dim)).astype(np.float32)]
+    ids = write(store, "many.md", [f"chunk {i}" for i in range(1200)], vectors)
+    getattr(store, "tidy", lambda bulk: None)(True)
+    hits = store.knn(vectors[7], 300)
+    assert hits[0][0] == ids[7] and len(hits) == 300
+    assert [score for _, score in hits] == sorted((score for _, score in hits), reverse=True)
+
+
 def test_chunks_wait_for_vectors_then_get_them(store):
     store.pin_model(IDENTITY)
     ids = write(store, "later.md", ["first", "second"], None)

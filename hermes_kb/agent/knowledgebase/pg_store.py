@@ -38,6 +38,7 @@ MIN_SERVER = 130000  # PostgreSQL 13: the oldest pgvector 0.7+ supports
 MIN_PGVECTOR = (0, 7, 0)  # halfvec, for the HNSW index
 HNSW = {"m": 16, "ef_construction": 64}
 KEYWORD_CANDIDATES = 1000  # chunks the server's full-text index hands to BM25 when no keyword copy is current
+MAX_EF_SEARCH = 1000  # pgvector's limit
 EF_SEARCH = 400  # candidates; 100k chunks (benchmarks/pg_store.py): recall@10 0.910 at 100, 0.954 at 200, 0.975 at 400 (p50 4.7 ms)
 
 _SCHEMA = """
@@ -325,7 +326,8 @@ class PgIndexStore(StoreCommon):
             return []
         dim, candidates = int(self.meta("dimension")), max(EF_SEARCH, 4 * k)
         with self.transaction():
-            self.conn.execute(f"SET LOCAL hnsw.ef_search = {candidates}")
+            # pgvector caps ef_search at 1000; past it, the iterative scan goes on until LIMIT is met.
+            self.conn.execute(f"SET LOCAL hnsw.ef_search = {min(candidates, MAX_EF_SEARCH)}")
             self.conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
             rows = self.conn.execute(
                 f"SELECT id, 1 - (embedding <=> %s::vector) AS score FROM (SELECT id, embedding FROM {self._t('chunk_vec')} "
