@@ -33,7 +33,7 @@ from hermes_kb.agent.knowledgebase.chunker import Chunk  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import load_dataset, percentile, workspace  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
-from hermes_kb.agent.knowledgebase.store import IndexStore, index_size_bytes  # noqa: E402
+from hermes_kb.agent.knowledgebase.store import IndexStore  # noqa: E402
 from benchmarks._report import peak_rss_mb, report, save_figures  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
@@ -80,8 +80,7 @@ def build(root: Path, size: int, texts: list[str], vectors: list[np.ndarray], rn
             (root / path).write_text("synthetic")
             stat = (root / path).stat()
             store.write_file(path, stat.st_size, stat.st_mtime_ns, f"h{file_no}", "text", chunks, block)
-        store.optimize_fts()
-        store.checkpoint()
+        store.tidy(bulk=True)
         rebuild: dict[str, list[float]] = {"vector": [], "keyword": []}
         for _ in ("from scratch", "one file changed"):
             for name, copy in (("vector", vector_cache), ("keyword", keyword_cache)):
@@ -155,8 +154,8 @@ def main() -> None:
                 exact = {(f"f{i // CHUNKS_PER_FILE:06}.txt", i % CHUNKS_PER_FILE + 1) for i in top}
                 recall.append(len(ours & exact) / 10)
             timings["vector via sqlite-vec scan"] = vec0_timings(kb, queries[:10])
-            index_path = kb.index_path(kb.config.directories[0])
-            size_mb = index_size_bytes(index_path) / 1e6
+            with IndexStore(kb.index_path(kb.config.directories[0]), create=False) as opened:
+                size_mb = opened.size_bytes() / 1e6
             with multiprocessing.get_context("spawn").Pool(1) as child:
                 rss = child.apply(serve_queries, (str(kb.config.directories[0].path), str(kb.hermes_home), queries))
             baseline = statistics.median(timings["numpy exact"])

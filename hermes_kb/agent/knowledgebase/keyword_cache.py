@@ -171,23 +171,21 @@ def bm25(query_words: Sequence[str], rows: Sequence[tuple[int, int, bytes]], fre
     """(chunk id, bm25), best first, of the given chunks' term rows: the score a copy would give them,
     from document frequencies counted elsewhere (`frequencies`, by query word)."""
     times = Counter(_hash(t) for word in query_words for t in words(word))
-    idf = {}
-    for word in query_words:
-        for term in words(word):
-            n = frequencies.get(word, 0.0)
-            idf[_hash(term)] = max(np.log((count - n + 0.5) / (n + 0.5)), MIN_IDF)
-    scored = []
-    for chunk_id, tokens, packed in rows:
-        records = np.frombuffer(packed, dtype=_TERM_RECORD)
-        relative = tokens / max(mean_tokens, 1e-9)
-        score = 0.0
-        for term_hash, tf in zip(records["hash"].tolist(), records["count"].tolist()):
-            if term_hash in times:
-                score += times[term_hash] * idf[term_hash] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * relative))
-        if score > 0:
-            scored.append((chunk_id, score))
-    scored.sort(key=lambda pair: (-pair[1], pair[0]))
-    return scored[:k]
+    wanted = np.array(sorted(times), dtype=np.uint64)
+    if not len(wanted) or not rows:
+        return []
+    df = {_hash(t): frequencies.get(word, 0.0) for word in query_words for t in words(word)}
+    idf = np.array([max(np.log((count - df[h] + 0.5) / (df[h] + 0.5)), MIN_IDF) * times[h] for h in wanted.tolist()])
+    records = np.frombuffer(b"".join(row[2] for row in rows), dtype=_TERM_RECORD)
+    row_of = np.repeat(np.arange(len(rows)), [posting_count(len(row[2])) for row in rows])
+    held = np.isin(records["hash"], wanted)
+    term = np.searchsorted(wanted, records["hash"][held])
+    tf = records["count"][held].astype(np.float64)
+    relative = np.array([row[1] for row in rows], dtype=np.float64)[row_of[held]] / max(mean_tokens, 1e-9)
+    scores = np.bincount(row_of[held], idf[term] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * relative)), minlength=len(rows))
+    ids = np.array([row[0] for row in rows], dtype=np.int64)
+    order = np.lexsort((ids, -scores))  # best first, ties by chunk id as FTS5 breaks them
+    return [(int(ids[i]), float(scores[i])) for i in order[:k] if scores[i] > 0]
 
 
 def build(path: Path, generation: str, rows: Iterable[tuple[int, int, bytes]]) -> None:
