@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,9 +101,9 @@ class PostgresBackend:
 
         return pg_store.connect(self.url)
 
-    def _ask(self, sql: str, params: tuple = (), fetch: bool = True) -> list[tuple]:
-        """Rows of a catalogue question on this thread's kept connection (connecting costs ~5 ms, a
-        search's whole budget); reconnected once if the server dropped it."""
+    def _ask(self, question, *args):
+        """`question(conn, *args)` from pg_store's catalogue on this thread's kept connection
+        (connecting costs ~5 ms, a whole search's budget); reconnected once if the server dropped it."""
         import psycopg
 
         key = threading.get_ident()
@@ -113,13 +112,12 @@ class PostgresBackend:
             if conn is None or conn.closed:
                 conn = self._control[key] = self._connect()
             try:
-                cursor = conn.execute(sql, params)
-                return cursor.fetchall() if fetch else []
+                return question(conn, *args)
             except psycopg.OperationalError:
                 conn.close()
                 if attempt:
                     raise
-        return []
+        return None
 
     def index_path(self, directory: DirectoryConfig) -> Path:
         from .pg_store import schema_name
@@ -140,8 +138,9 @@ class PostgresBackend:
             raise
 
     def _schema_oid(self, path: Path) -> int | None:
-        rows = self._ask("SELECT oid FROM pg_namespace WHERE nspname = %s", (path.name,))
-        return int(rows[0][0]) if rows else None
+        from .pg_store import schema_oid
+
+        return self._ask(schema_oid, path.name)
 
     def exists(self, path: Path) -> bool:
         return self._schema_oid(path) is not None
@@ -166,7 +165,9 @@ class PostgresBackend:
 
     def remove(self, path: Path) -> bool:
         existed = self.exists(path)
-        self._ask(f'DROP SCHEMA IF EXISTS "{path.name}" CASCADE', fetch=False)
+        from .pg_store import drop_schema
+
+        self._ask(drop_schema, path.name)
         return store.remove_index(path) or existed  # the local copies go with it
 
     @contextlib.contextmanager
@@ -198,22 +199,16 @@ class PostgresBackend:
 
     def unlisted(self) -> list[Unlisted]:
         """Schemas this machine indexed that its config does not list: each one's root and name, in two queries."""
-        from .pg_store import SCHEMA_PATTERN
+        from .pg_store import index_roots
 
+        # Only what this machine indexed (its lock file is here), as only this home's SQLite files are
+        # listed: other hosts' folders indexed by path must not join this machine's searches.
         folder = self.hermes_home / "knowledgebase" / "postgres"
-        schemas = [row[0] for row in self._ask("SELECT n.nspname FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid "
-                                               "WHERE n.nspname LIKE 'kb\\_%%' AND c.relname = 'meta' ORDER BY 1")
-                   # Only what this machine indexed (its lock file is here), as only this home's SQLite files are
-                   # listed: other hosts' folders indexed by path must not join this machine's searches.
-                   if re.fullmatch(SCHEMA_PATTERN, row[0]) and (folder / f"{row[0]}.lock").exists()]
-        meta: dict[str, dict[str, str]] = {schema: {} for schema in schemas}
-        if schemas:
-            rows = self._ask(" UNION ALL ".join(f"SELECT '{schema}', key, value FROM \"{schema}\".meta "
-                                                f"WHERE key IN ('root', 'name')" for schema in schemas))
-            for schema, key, value in rows:
-                meta[schema][key] = value
-        return [Unlisted(folder / schema, values.get("name", ""), values.get("root"))
-                for schema, values in meta.items()]
+        mine = [lock.name[:-len(".lock")] for lock in folder.glob("kb_*.lock")] if folder.is_dir() else []
+        if not mine:
+            return []
+        return [Unlisted(folder / schema, meta.get("name", ""), meta.get("root"))
+                for schema, meta in self._ask(index_roots, mine).items()]
 
 
 def _first_line(exc: BaseException) -> str:

@@ -444,7 +444,35 @@ class PgIndexStore(StoreCommon):
 
     def drop(self) -> None:
         """Delete this directory's whole index (`clear`)."""
-        self.conn.execute(f'DROP SCHEMA IF EXISTS "{self.schema}" CASCADE')
+        drop_schema(self.conn, self.schema)
+
+
+# --- the server's catalogue: which indexes exist (backends.PostgresBackend asks) -----------------
+def schema_oid(conn, schema: str) -> int | None:
+    """The schema's oid (a dropped and recreated index gets a new one); None when there is none."""
+    row = conn.execute("SELECT oid FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
+    return None if row is None else int(row[0])
+
+
+def drop_schema(conn, schema: str) -> None:
+    if not re.fullmatch(SCHEMA_PATTERN, schema):
+        raise ValueError(f"not a schema name this store creates: {schema!r}")
+    conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+def index_roots(conn, schemas: Iterable[str]) -> dict[str, dict[str, str]]:
+    """Each of these index schemas that exists: its meta root and name (two queries in all)."""
+    wanted = [schema for schema in schemas if re.fullmatch(SCHEMA_PATTERN, schema)]  # spliced into SQL below
+    present = [row[0] for row in conn.execute(
+        "SELECT n.nspname FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid "
+        "WHERE n.nspname = ANY(%s) AND c.relname = 'meta' ORDER BY 1", (wanted,)).fetchall()]
+    found: dict[str, dict[str, str]] = {schema: {} for schema in present}
+    if present:
+        rows = conn.execute(" UNION ALL ".join(f"SELECT '{schema}', key, value FROM \"{schema}\".meta "
+                                               f"WHERE key IN ('root', 'name')" for schema in present)).fetchall()
+        for schema, key, value in rows:
+            found[schema][key] = value
+    return found
 
 
 @contextlib.contextmanager
