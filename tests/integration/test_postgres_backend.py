@@ -116,6 +116,19 @@ def test_another_host_reads_the_index_and_follows_its_changes(tree, tmp_path, po
     assert reader.status()[0]["files"] == len(NOTES) + 1
 
 
+def test_a_folder_indexed_by_path_belongs_to_the_machine_that_indexed_it(tree, tmp_path, postgres_database):
+    """As with SQLite files in a home: another machine where the same folder exists does not search it."""
+    docs = tree(NOTES)
+    mine, theirs = (host(tmp_path / name, postgres_database) for name in ("mine", "theirs"))
+    mine.index(str(docs))
+    assert [d.name for d in mine.known_directories()] == [docs.name]
+    assert mine.search("vitamin deficiency", k=1).hits[0].path == "vitamin.md"
+    assert theirs.known_directories() == [] and theirs.orphans() == []
+    with pytest.raises(KnowledgebaseError, match="No knowledgebase directories are configured"):
+        theirs.search("vitamin deficiency")
+    assert mine.clear(docs.name) == [docs.name] and mine.known_directories() == []
+
+
 def test_keyword_search_without_a_copy_scores_bm25_on_the_server(tree, tmp_path, postgres_database, monkeypatch):
     """No current keyword copy (another process here holds the lock): the server's full-text index
     finds the chunks and BM25 scores them from their own terms, as the copy would."""
