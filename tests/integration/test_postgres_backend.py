@@ -170,6 +170,22 @@ def test_connection_faults_are_one_sentence_and_lose_nothing(tree, tmp_path, pos
     assert kb.search("vitamin deficiency", k=1).hits[0].path == "vitamin.md"  # the index was never touched
 
 
+def test_searches_heal_after_the_server_drops_every_connection(tree, tmp_path, postgres_database):
+    """A server restart or an administrator's pg_terminate_backend: the next search reconnects."""
+    import psycopg
+
+    docs = tree(NOTES)
+    kb = host(tmp_path / "home", postgres_database, docs)
+    kb.index()
+    assert kb.search("vitamin deficiency", k=1).hits[0].path == "vitamin.md"
+    with psycopg.connect(postgres_database, autocommit=True) as admin:
+        ended = admin.execute("SELECT COUNT(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                              "WHERE datname = current_database() AND pid <> pg_backend_pid()").fetchone()[0]
+    assert ended >= 2  # the reader's connection and the kept catalogue connection
+    assert kb.search("vitamin deficiency", k=1).hits[0].path == "vitamin.md"
+    assert kb.status()[0]["health"] == "ok"
+
+
 def test_a_search_during_a_server_side_drop_is_one_sentence(tree, tmp_path, postgres_database):
     """Another host clears the index while this one has it open: a sentence, then 'not indexed'."""
     docs = tree(NOTES)

@@ -32,7 +32,6 @@ class Unlisted:
 class SqliteBackend:
     """One SQLite file per directory under HERMES_HOME (the default)."""
 
-    label = "sqlite"
     shared = False  # nobody else writes here: an index no folder claims is an orphan to report
 
     def __init__(self, hermes_home: Path):
@@ -89,7 +88,6 @@ class PostgresBackend:
     names the same server: a directory's schema is keyed like its SQLite file (name and folder
     path), so hosts that mount the folder at the same path share one index."""
 
-    label = "postgres"
     shared = True  # other hosts' indexes live here too: never reported as orphans of this machine
 
     def __init__(self, hermes_home: Path, url: str):
@@ -146,12 +144,21 @@ class PostgresBackend:
         return self._schema_oid(path) is not None
 
     def identity(self, path: Path, opened) -> tuple | None:
-        """The schema's oid (a dropped and recreated index gets a new one); a reader whose connection
-        broke (a server restart) reads as a new identity, so the caller reconnects."""
-        oid = self._schema_oid(path)
-        if oid is None:
-            return None
-        return ("schema", oid) if opened is None or not opened.conn.broken else ("reconnect", id(opened))
+        """The schema's oid (a dropped and recreated index gets a new one), asked on the reader's own
+        connection when there is one: a connection the server dropped (a restart, a terminated
+        backend) reads as a new identity, so the caller reconnects instead of failing a search."""
+        import psycopg
+
+        from .pg_store import schema_oid
+
+        if opened is not None:
+            try:
+                oid = schema_oid(opened.conn, path.name)
+            except psycopg.OperationalError:
+                return ("reconnect", id(opened))
+        else:
+            oid = self._schema_oid(path)
+        return None if oid is None else ("schema", oid)
 
     @contextlib.contextmanager
     def writer_lock(self, path: Path, name: str, wait: bool = True, on_wait=None) -> Iterator[None]:

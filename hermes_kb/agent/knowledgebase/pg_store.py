@@ -356,12 +356,15 @@ class PgIndexStore(StoreCommon):
         return keyword_cache.bm25(terms, self.terms_of(found), frequencies, count, float(mean_tokens), k)
 
     def keyword_phrase(self, literal: str, k: int) -> list[tuple[int, float]]:
-        found = self._full_text('"' + literal.replace('"', " ") + '"', k)
+        """Up to k chunks holding the literal's words in order; unranked (the caller checks their text),
+        so the server stops at k instead of ranking every chunk holding its commonest words."""
+        found = self._full_text('"' + literal.replace('"', " ") + '"', k, ranked=False)
         return [(chunk_id, 1.0) for chunk_id in found]
 
-    def _full_text(self, websearch: str, limit: int) -> list[int]:
+    def _full_text(self, websearch: str, limit: int, ranked: bool = True) -> list[int]:
+        order = "ORDER BY ts_rank(c.tsv, q, 1) DESC, c.id " if ranked else ""
         rows = self.conn.execute(f"SELECT c.id FROM {self._t('chunks')} c, websearch_to_tsquery('english', %s) q "
-                                 f"WHERE c.tsv @@ q ORDER BY ts_rank(c.tsv, q, 1) DESC, c.id LIMIT %s", (websearch, limit))
+                                 f"WHERE c.tsv @@ q {order}LIMIT %s", (websearch, limit))
         return [row[0] for row in rows.fetchall()]
 
     def document_frequencies(self, terms: Sequence[str]) -> list[float]:
