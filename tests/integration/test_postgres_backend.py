@@ -17,6 +17,7 @@ import yaml
 from hermes_kb.agent.knowledgebase import keyword_cache
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
 from hermes_kb.agent.knowledgebase.doctor import examine
+from hermes_kb.agent.knowledgebase.indexer import ModelMismatchError
 from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase, KnowledgebaseError
 from hermes_kb.agent.knowledgebase.store import StoreError
@@ -86,6 +87,24 @@ def test_status_clear_and_doctor(tree, tmp_path, postgres_database):
     assert kb.status()[0]["indexed"] is False and kb.clear() == []
     with pytest.raises(KnowledgebaseError, match="not indexed yet"):
         kb.search("vitamin", directory=docs.name)
+
+
+def test_a_host_with_another_model_searches_keywords_until_it_rebuilds(tree, tmp_path, postgres_database):
+    """The model is pinned in the shared index: a machine configured with another one is refused vector
+    search (keywords still answer) and may not mix its vectors in; `--full` re-embeds for everyone."""
+    docs = tree(NOTES)
+    host(tmp_path / "a", postgres_database, docs).index()
+    other = host(tmp_path / "b", postgres_database, docs, embedder=StubEmbedder(dim=32, model_id="other-model"))
+    result = other.search("vitamin deficiency", k=1)
+    assert result.hits[0].path == "vitamin.md" and result.hits[0].found_by == ["keyword"]
+    assert any("was built with stub" in warning for warning in result.warnings)
+    (docs / "new.md").write_text("# New\n\nFresh vitamin notes.\n")
+    with pytest.raises(ModelMismatchError, match="vector search is off until you run `hermes kb index"):
+        other.index()
+    [rebuilt] = other.index(full=True)
+    assert rebuilt.error is None and rebuilt.chunks_embedded == other.status()[0]["chunks"]
+    assert other.status()[0]["model"] == "other-model (test, 32d)"
+    assert other.search("vitamin deficiency", k=1).hits[0].found_by[0] == "vector"
 
 
 def test_a_changed_file_is_found_fresh_and_a_deleted_one_goes(tree, tmp_path, postgres_database):
