@@ -79,9 +79,15 @@ def test_status_clear_and_doctor(tree, tmp_path, postgres_database):
     (docs / "gardening.md").write_text("# Garden\n\nBeans climb.\n")
     assert kb.status()[0]["changed_on_disk"] == 1
     assert examine(kb) == []
-    keyword_cache.cache_path(kb.index_path(kb.config.directories[0])).unlink()
+    other = host(tmp_path / "other-home", postgres_database, docs)
+    other.index()  # another machine writes: this one's copies fall behind, which is no fault on a shared server
+    assert kb.status()[0]["keyword_cache"] == "stale" and examine(kb) == []
+    copy = keyword_cache.cache_path(kb.index_path(kb.config.directories[0]))
+    with open(copy, "r+b") as damaged:  # same size, other bytes: only the checksums can tell
+        damaged.seek(copy.stat().st_size // 2)
+        damaged.write(b"\xff" * 64)
     [finding] = examine(kb, repair=True)
-    assert "keyword cache" in finding.problem and finding.repaired
+    assert "keyword cache" in finding.problem and "damaged" in finding.problem and finding.repaired
     assert kb.status()[0]["keyword_cache"] == "current"
     assert kb.clear() == [docs.name]
     assert kb.status()[0]["indexed"] is False and kb.clear() == []

@@ -63,7 +63,7 @@ def _examine_directory(kb: KnowledgeBase, directory: DirectoryConfig, repair: bo
             with kb.backend.open(path, create=False, name=name) as store:
                 problems = store.integrity_problems(full=full)
                 if not problems:
-                    findings.extend(_examine_contents(name, path, store))
+                    findings.extend(_examine_contents(name, path, store, kb.backend.shared))
     except IndexCorrupt as exc:
         problems = [str(exc)]
     except StoreError as exc:  # unreachable server, no permission: nothing a rebuild would mend
@@ -76,7 +76,9 @@ def _examine_directory(kb: KnowledgeBase, directory: DirectoryConfig, repair: bo
     return findings
 
 
-def _examine_contents(name: str, path: Path, store: IndexStore) -> list[Finding]:
+def _examine_contents(name: str, path: Path, store: IndexStore, shared: bool = False) -> list[Finding]:
+    """`shared`: other machines write this index, so copies behind it are normal here (a search
+    catches the keyword copy up, the next index run the vector copy); only damaged ones are findings."""
     findings = []
     missing = store.chunks_without_vectors()  # counts every vector once: at most once per index
     if missing or store.reembed_pending():
@@ -88,7 +90,8 @@ def _examine_contents(name: str, path: Path, store: IndexStore) -> list[Finding]
         if not cache.exists() and not has_chunks:
             continue
         state = module.state(cache, generation)
-        if state == "current" or (label == "keyword cache" and keyword_cache.over_limit(store)):
+        if state == "current" or (label == "keyword cache" and keyword_cache.over_limit(store)) or \
+                (shared and state == "stale"):
             continue
         problem = (module.verify(cache) or "it fails its checksums") if state == "corrupt" else "it is behind its index"
         findings.append(Finding(name, f"The {label} of {name} is unusable: {problem}.", "rebuilt"))
