@@ -23,6 +23,7 @@ from hermes_kb.agent.knowledgebase.service import KnowledgeBase, KnowledgebaseEr
 from hermes_kb.agent.knowledgebase.store import StoreError
 
 from ..conftest import StubEmbedder
+from ..knowledgebase.test_faults import KILLED_REEMBED
 
 pytestmark = pytest.mark.integration
 REPO = Path(__file__).resolve().parents[2]
@@ -278,27 +279,6 @@ def test_two_hosts_indexing_one_directory_at_once_make_one_index(tmp_path, postg
     assert store.conn.execute(f'SELECT COUNT(*) FROM "{store.schema}".chunks').fetchone()[0] == 80  # no duplicate
 
 
-KILLED_REEMBED = """
-import sys, time
-from pathlib import Path
-sys.path.insert(0, sys.argv[4])
-from tests.conftest import StubEmbedder
-from hermes_kb.agent.knowledgebase import indexer
-from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
-from hermes_kb.agent.knowledgebase.service import KnowledgeBase
-
-class Slow(StubEmbedder):
-    def embed_documents(self, texts):
-        time.sleep(0.05)
-        return super().embed_documents(texts)
-
-indexer.EMBED_BATCH_CHUNKS = 4
-embedder = Slow(model_id="new-model")
-config = parse_knowledgebase({"directories": [sys.argv[1]], "store": {"backend": "postgres", "url": sys.argv[3]}})
-KnowledgeBase(config, Path(sys.argv[2]), embedder_factory=lambda: embedder).index(full=True)
-"""
-
-
 def test_sigkill_mid_run_releases_the_lock_and_another_host_finishes_the_work(tree, tmp_path, postgres_database):
     import signal
     import time
@@ -306,8 +286,8 @@ def test_sigkill_mid_run_releases_the_lock_and_another_host_finishes_the_work(tr
     docs = tree({f"n{i}.md": f"# Note {i}\n\nbody {i} " + " ".join(f"w{j}" for j in range(60)) + "\n" for i in range(120)})
     first = host(tmp_path / "first", postgres_database, docs)
     first.index()  # with the "stub" model
-    child = subprocess.Popen([sys.executable, "-c", KILLED_REEMBED, str(docs), str(tmp_path / "first"), postgres_database,
-                              str(REPO)])
+    child = subprocess.Popen([sys.executable, "-c", KILLED_REEMBED, str(docs), str(tmp_path / "first"), str(REPO),
+                              postgres_database])
     store = first._reader(first.index_path(first.config.directories[0]))
     deadline = time.time() + 60
     while time.time() < deadline:  # kill once the re-embed is under way, with part of it written

@@ -251,7 +251,10 @@ class Slow(StubEmbedder):
 
 indexer.EMBED_BATCH_CHUNKS = 4
 embedder = Slow(model_id="new-model")
-kb = KnowledgeBase(parse_knowledgebase({"directories": [sys.argv[1]]}), Path(sys.argv[2]), embedder_factory=lambda: embedder)
+section = {"directories": [sys.argv[1]]}
+if len(sys.argv) > 4:  # a PostgreSQL URL: the same run against the server (tests/integration/test_postgres_backend.py)
+    section["store"] = {"backend": "postgres", "url": sys.argv[4]}
+kb = KnowledgeBase(parse_knowledgebase(section), Path(sys.argv[2]), embedder_factory=lambda: embedder)
 kb.index(full=True)
 """
 
