@@ -1,8 +1,8 @@
 """The PostgreSQL + pgvector store: the SQLite store's contract, one schema per indexed directory.
 
-Work in progress toward the team backend (issue #17): the store itself and its
-checks, run by the same contract tests as `store.IndexStore`; the facade does
-not open it yet. Choices so far:
+The team backend (`knowledgebase.store: {backend: postgres, url}`, opened by
+backends.PostgresBackend), run by the same contract tests as `store.IndexStore`.
+The only module that speaks SQL to the server. Choices:
 
 - One schema per directory (`kb_<name>_<hash>`), so directories share a server
   without sharing tables, and `clear` is one DROP SCHEMA.
@@ -12,7 +12,9 @@ not open it yet. Choices so far:
   since HNSW inserts row by row cost ~2.5 ms each.
 - Keyword scores: the same stemmed, hashed terms per chunk as SQLite's
   `chunk_terms`, so the BM25 keyword copy (keyword_cache) is built from either
-  store and ranks identically; Postgres's ts_rank is not BM25.
+  store and ranks identically; Postgres's ts_rank is not BM25 (SciFact keyword
+  nDCG@10 0.587 against 0.691). Without a copy, a generated English tsvector
+  with a GIN index finds candidates and BM25 scores them (`keyword`).
 - Every error a user can cause when connecting is one sentence (StoreError).
 """
 
@@ -31,7 +33,8 @@ import numpy as np
 from . import keyword_cache, vector_cache
 from .chunker import Chunk
 from .embeddings import ModelIdentity
-from .store import CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRow, IndexBusy, StoreCommon, StoreError
+from .store import (CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRow, IndexBusy, StoreCommon, StoreError,
+                    companion_paths)
 
 SCHEMA_PATTERN = r"[a-z_][a-z0-9_]{0,62}"  # what schema_name makes: safe to splice into SQL unquoted or quoted
 MIN_SERVER = 130000  # PostgreSQL 13: the oldest pgvector 0.7+ supports
@@ -443,10 +446,10 @@ class PgIndexStore(StoreCommon):
         return []
 
     def size_bytes(self) -> int:
-        """Tables, their indexes and TOAST on the server."""
+        """Tables, their indexes and TOAST on the server, and this machine's copies of them."""
         row = self.conn.execute("SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n "
                                 "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'", (self.schema,)).fetchone()
-        return int(row[0])
+        return int(row[0]) + sum(p.stat().st_size for p in companion_paths(self.path) if p.exists())
 
     def drop(self) -> None:
         """Delete this directory's whole index (`clear`)."""
