@@ -189,6 +189,26 @@ def test_the_bm25_and_vector_copies_rank_identically_on_both_backends(tmp_path, 
     assert {place for place, _ in cells[:2]} == {("cells.md", 0), ("cells.md", 1)} and cells[2][0] == ("noise.md", 0)
 
 
+def test_a_reader_snapshot_taken_before_the_model_is_pinned_or_dropped_sees_no_vectors(pg_store, postgres_url):
+    """The catalogue does not wait for snapshots: a reader that began before pin_model sees the new
+    table but not its dimension (found by two hosts indexing while a third searched)."""
+    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect
+
+    [chunk_id] = write(pg_store, "a.md", ["alpha"])
+    reader = PgIndexStore(connect(postgres_url), pg_store.schema, pg_store.path, create=False)
+    with reader.snapshot():
+        assert reader.generation()  # the snapshot starts here
+        pg_store.pin_model(IDENTITY)
+        pg_store.add_vectors({chunk_id: unit(1)})
+        assert not reader.has_vector_table() and reader.knn(unit(1), 3) == []
+    assert reader.has_vector_table() and reader.knn(unit(1), 3)[0][1] == pytest.approx(1.0)
+    with reader.snapshot():
+        assert reader.generation()
+        pg_store.drop_vectors()
+        assert not reader.has_vector_table() and reader.knn(unit(1), 3) == [] and reader.vectors_for([chunk_id]) == {}
+    reader.close()
+
+
 def test_one_writer_per_directory_across_connections_and_readers_never_see_half_a_file(pg_store, postgres_url):
     import threading
 

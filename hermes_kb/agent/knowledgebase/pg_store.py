@@ -194,7 +194,12 @@ class PgIndexStore(StoreCommon):
         self.conn.execute(f"DELETE FROM {self._t('meta')} WHERE key = 'reembed_pending'")
 
     def has_vector_table(self) -> bool:
-        return self.conn.execute("SELECT to_regclass(%s)", (f'"{self.schema}".chunk_vec',)).fetchone()[0] is not None
+        """The pinned dimension is read in this snapshot, the table in the catalogue, which does not
+        wait for snapshots: a reader whose snapshot predates pin_model sees the table but no dimension,
+        and one predating drop_vectors the dimension but no table. Both are written in one transaction."""
+        row = self.conn.execute(f"SELECT to_regclass(%s) IS NOT NULL AND EXISTS (SELECT 1 FROM {self._t('meta')} "
+                                f"WHERE key = 'dimension')", (f'"{self.schema}".chunk_vec',)).fetchone()
+        return bool(row[0])
 
     def pin_model(self, identity: ModelIdentity) -> None:
         with self.transaction():  # a reader sees the vector table only with its dimension
