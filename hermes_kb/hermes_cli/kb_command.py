@@ -22,7 +22,6 @@ from rich.table import Table
 from hermes_kb.agent.knowledgebase.retriever import MODES
 from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
-from hermes_kb.agent.knowledgebase.store import IndexBusy, writer_lock
 
 from .index_progress import progress_for
 from .kb_mcp import run_mcp
@@ -177,22 +176,9 @@ def _human_size(size: int) -> str:
     return str(size)
 
 
-def _being_indexed(index_path: str) -> bool:
-    """Whether another process holds this index's writer lock right now (probed without waiting)."""
-    if not Path(f"{index_path}.lock").exists():  # never locked, so never indexed from this machine
-        return False
-    try:
-        with writer_lock(Path(index_path), wait=False):
-            return False
-    except IndexBusy:
-        return True
-    except OSError:  # a lock file that cannot be opened here (read-only folder): nobody writes there either
-        return False
-
-
 def _state(row: dict) -> str:
     """One word or two for the status table: indexing, never, ok, 3 changed, or what is wrong."""
-    if _being_indexed(row["index_path"]):
+    if row.get("indexing"):
         return "indexing"
     if row["health"] != "ok":
         return row["health"]

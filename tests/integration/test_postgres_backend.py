@@ -80,6 +80,15 @@ def test_status_clear_and_doctor(tree, tmp_path, postgres_database):
     (docs / "gardening.md").write_text("# Garden\n\nBeans climb.\n")
     assert kb.status()[0]["changed_on_disk"] == 1
     assert examine(kb) == []
+    assert kb.status()[0]["indexing"] is False
+    import psycopg
+
+    from hermes_kb.agent.knowledgebase.pg_store import advisory_lock
+
+    with psycopg.connect(postgres_database, autocommit=True) as colleague:  # another machine's index run
+        with advisory_lock(colleague, kb.index_path(kb.config.directories[0]).name, docs.name):
+            assert kb.status()[0]["indexing"] is True
+    assert kb.status()[0]["indexing"] is False
     other = host(tmp_path / "other-home", postgres_database, docs)
     other.index()  # another machine writes: this one's copies fall behind, which is no fault on a shared server
     assert kb.status()[0]["keyword_cache"] == "stale" and examine(kb) == []

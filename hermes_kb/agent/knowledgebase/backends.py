@@ -60,6 +60,10 @@ class SqliteBackend:
     def remove(self, path: Path) -> bool:
         return store.remove_index(path)
 
+    def being_indexed(self, path: Path) -> bool:
+        """Whether another process holds this index's writer lock right now (probed without waiting)."""
+        return _locked_here(path)
+
     def guarded(self, path: Path, name: str):
         return store.guarded(path, name)
 
@@ -170,6 +174,12 @@ class PostgresBackend:
             with store.writer_lock(path, on_wait=on_wait, wait=wait):
                 yield
 
+    def being_indexed(self, path: Path) -> bool:
+        """Whether a process on any machine indexes this directory right now: the server's lock."""
+        from .pg_store import advisory_lock_held
+
+        return _locked_here(path) or bool(self._ask(advisory_lock_held, path.name))
+
     def remove(self, path: Path) -> bool:
         existed = self.exists(path)
         from .pg_store import drop_schema
@@ -216,6 +226,18 @@ class PostgresBackend:
             return []
         return [Unlisted(folder / schema, meta.get("name", ""), meta.get("root"))
                 for schema, meta in self._ask(index_roots, mine).items()]
+
+
+def _locked_here(path: Path) -> bool:
+    if not Path(f"{path}.lock").exists():  # never locked, so never indexed from this machine
+        return False
+    try:
+        with store.writer_lock(path, wait=False):
+            return False
+    except store.IndexBusy:
+        return True
+    except OSError:  # a lock file that cannot be opened here (read-only folder): nobody writes there either
+        return False
 
 
 def _first_line(exc: BaseException) -> str:

@@ -489,11 +489,25 @@ def index_roots(conn, schemas: Iterable[str]) -> dict[str, dict[str, str]]:
     return found
 
 
+def _lock_key(schema: str) -> int:
+    return int.from_bytes(hashlib.blake2b(schema.encode(), digest_size=8).digest(), "big", signed=True)
+
+
+def advisory_lock_held(conn, schema: str) -> bool:
+    """Whether some session (on any host) holds the writer lock of this schema: read from pg_locks,
+    which splits a bigint key into classid (high 32 bits) and objid (low 32 bits)."""
+    key = _lock_key(schema) & 0xFFFFFFFFFFFFFFFF
+    row = conn.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+                       "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+                       "AND classid::bigint = %s AND objid::bigint = %s)", (key >> 32, key & 0xFFFFFFFF)).fetchone()
+    return bool(row[0])
+
+
 @contextlib.contextmanager
 def advisory_lock(conn, schema: str, name: str, wait: bool = True, on_wait=None) -> Iterator[None]:
     """One writer per directory across every host: a session advisory lock named by the schema, held
     on `conn` and released by the server if this process dies. IndexBusy when taken and not waiting."""
-    key = int.from_bytes(hashlib.blake2b(schema.encode(), digest_size=8).digest(), "big", signed=True)
+    key = _lock_key(schema)
     if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
         if not wait:
             raise IndexBusy(f"Another process is indexing {name}; try again when it finishes.")

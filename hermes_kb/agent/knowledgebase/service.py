@@ -453,10 +453,11 @@ class KnowledgeBase:
         for directory in directories:
             path = self.index_path(directory)
             row = {"name": directory.name, "root": str(directory.path), "index_path": str(path),
-                   "indexed": False, "driver": self.backend.describe(), "health": "ok"}
+                   "indexed": False, "indexing": False, "driver": self.backend.describe(), "health": "ok"}
             try:
                 with self.backend.guarded(path, directory.name):
                     row["indexed"] = self.backend.exists(path)
+                    row["indexing"] = self.backend.being_indexed(path)
                     if row["indexed"]:
                         row.update(self._index_status(directory, path))
             except StoreError as exc:
@@ -467,7 +468,8 @@ class KnowledgeBase:
             rows.append(row)
         if target is None:
             rows.extend({"name": o.name, "root": o.root, "index_path": str(o.index_path), "indexed": True,
-                         "driver": self.backend.describe(), "health": "orphaned",
+                         "indexing": self.backend.being_indexed(o.index_path), "driver": self.backend.describe(),
+                         "health": "orphaned",
                          "problem": f"The index {o.name} belongs to no folder: {o.reason}; `hermes kb clear {o.name}` "
                                     f"removes it."} for o in self.orphans())
         return rows
