@@ -151,6 +151,36 @@ def test_another_host_reads_the_index_and_follows_its_changes(tree, tmp_path, po
     assert reader.status()[0]["files"] == len(NOTES) + 1
 
 
+def test_a_reader_searches_its_copy_with_the_changes_since_and_merges_them_later(tree, tmp_path, postgres_database,
+                                                                                 monkeypatch):
+    """Another machine's few changes are searched beside this machine's keyword copy (not merged into it
+    before every search); many changes, or an old copy, are merged first."""
+    from hermes_kb.agent.knowledgebase import service
+
+    docs = tree(NOTES)
+    writer = host(tmp_path / "writer-home", postgres_database, docs)
+    reader = host(tmp_path / "reader-home", postgres_database, docs)
+    writer.index()
+    assert reader.search("tomatoes sun", k=1, mode="keyword").hits[0].path == "gardening.md"
+    copy = keyword_cache.cache_path(reader.index_path(reader.config.directories[0]))
+    built = keyword_cache.read_generation(copy)
+    (docs / "vitamin.md").write_text("# Vitamin D\n\nVitamin D deficiency was reversed by sunlight zebrafish.\n")
+    (docs / "tomato-diary.md").write_text("# Diary\n\nThe tomatoes split after heavy rain zebrafish.\n")
+    writer.index()
+    found = reader.search("zebrafish", k=5, mode="keyword").hits
+    assert sorted(hit.path for hit in found) == ["tomato-diary.md", "vitamin.md"]
+    assert keyword_cache.read_generation(copy) == built  # not rewritten: searched with the changes
+    assert [hit.path for hit in reader.search("vitamin deficiency bone loss", k=3, mode="keyword").hits][:1] == ["vitamin.md"]
+    assert "bone loss" not in reader.search("vitamin deficiency bone loss", k=1, mode="keyword").hits[0].text  # new text only
+    hybrid = reader.search("sunlight zebrafish", k=2).hits
+    assert hybrid[0].path == "vitamin.md" and "keyword" in hybrid[0].found_by
+    monkeypatch.setattr(service, "KEYWORD_DELTA_CHUNKS", 1)  # now too many changes: merged first
+    assert sorted(hit.path for hit in reader.search("zebrafish", k=5, mode="keyword").hits) == ["tomato-diary.md",
+                                                                                            "vitamin.md"]
+    assert keyword_cache.read_generation(copy) != built
+    assert keyword_cache.state(copy, reader._reader(copy.with_suffix("")).generation()) == "current"
+
+
 def test_a_folder_indexed_by_path_belongs_to_the_machine_that_indexed_it(tree, tmp_path, postgres_database):
     """As with SQLite files in a home: another machine where the same folder exists does not search it."""
     docs = tree(NOTES)

@@ -231,16 +231,26 @@ def _counter(generation: str) -> int:
     return int(generation.rsplit(":", 1)[1])
 
 
+def counter(generation: str) -> int:
+    """The change count of a generation: chunks with `written` above it were written after it."""
+    return _counter(generation)
+
+
+def earlier_state(copy_generation: str | None, generation: str) -> bool:
+    """True when a copy was built from an earlier state of this same index: not a recreated index,
+    and not a later state (an index restored from a backup), whose `written` marks could not tell
+    what changed."""
+    return copy_generation is not None and copy_generation.rsplit(":", 1)[0] == generation.rsplit(":", 1)[0] \
+        and _counter(copy_generation) < _counter(generation)
+
+
 def _previous_copy(path: Path, generation: str) -> "KeywordCache | None":
-    """The copy on disk if it was built from an earlier state of this same index: not a recreated
-    index, and not a later state (an index file restored from a backup), whose `written` marks
-    could not tell what changed."""
+    """The copy on disk if it was built from an earlier state of this same index."""
     try:
         previous = KeywordCache(path)
     except (OSError, ValueError):
         return None
-    same_index = previous.generation.rsplit(":", 1)[0] == generation.rsplit(":", 1)[0]
-    return previous if same_index and _counter(previous.generation) < _counter(generation) else None
+    return previous if earlier_state(previous.generation, generation) else None
 
 
 def read_generation(path: Path, full: bool = True) -> str | None:
@@ -280,7 +290,7 @@ class KeywordCache:
         self.generation: str = mapped.info["generation"]
         self.count = int(mapped.info["count"])
         arrays = mapped.arrays
-        self.ids, self.hashes, self.offsets = arrays["ids"], arrays["hashes"], arrays["offsets"]
+        self.ids, self.hashes, self.offsets, self.tokens = arrays["ids"], arrays["hashes"], arrays["offsets"], arrays["tokens"]
         self.rows, self.weights, self.counts = arrays["rows"], arrays["weights"], arrays["counts"]
 
     def _locate(self, wanted: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -347,3 +357,35 @@ class KeywordCache:
             matched = matched[scores[matched] >= kth_best]
         matched = matched[np.argsort(-scores[matched], kind="stable")][:k]
         return list(zip(self.ids[matched].tolist(), scores[matched].tolist()))
+
+
+class KeywordDelta:
+    """A copy a few changes behind its index, and the term rows of the chunks written since, searched
+    as one: a machine sharing an index on a server need not rewrite its copy (~0.9 s at 100k chunks)
+    after every change another machine makes. The new chunks are scored with the copy's statistics
+    (document frequencies, mean length), so BM25 is a few changes approximate until the next merge;
+    chunks deleted since are still in the copy and drop out when the search reads their rows."""
+
+    def __init__(self, copy: KeywordCache, rows: Sequence[tuple[int, int, bytes]]):
+        self.copy, self.rows = copy, list(rows)
+        self.generation, self.count = copy.generation, copy.count
+        self._mean_tokens = float(copy.tokens.mean()) if copy.count else 1.0
+
+    def document_frequencies(self, query_words: Sequence[str]) -> list[float]:
+        return self.copy.document_frequencies(query_words)
+
+    def search(self, query_words: Sequence[str], k: int) -> list[tuple[int, float]]:
+        # The copy is asked for more: chunks replaced since the copy still hold places in its ranking.
+        older = self.copy.search(query_words, k + len(self.rows))
+        newer = bm25(query_words, self.rows, dict(zip(query_words, self.document_frequencies(query_words))),
+                     self.count, self._mean_tokens, k)
+        return sorted([*older, *newer], key=lambda pair: (-pair[1], pair[0]))[:k]
+
+    def holders_of_all_terms(self, text: str, limit: int) -> list[int] | None:
+        held = self.copy.holders_of_all_terms(text, limit)
+        if held is None:
+            return None
+        stems = set(_stems(text).tolist())
+        held = held + [chunk_id for chunk_id, _, packed in self.rows
+                       if stems <= set(np.frombuffer(packed, dtype=_TERM_RECORD)["hash"].tolist())]
+        return held if len(held) <= limit else None

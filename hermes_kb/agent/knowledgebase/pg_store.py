@@ -62,6 +62,7 @@ CREATE INDEX IF NOT EXISTS chunks_hash ON {s}.chunks(content_hash);
 CREATE TABLE IF NOT EXISTS {s}.chunk_terms(
     chunk_id BIGINT PRIMARY KEY REFERENCES {s}.chunks(id) ON DELETE CASCADE,
     tokens INTEGER NOT NULL, terms BYTEA NOT NULL, written BIGINT NOT NULL);
+CREATE INDEX IF NOT EXISTS chunk_terms_written ON {s}.chunk_terms(written);
 """
 
 
@@ -410,6 +411,16 @@ class PgIndexStore(StoreCommon):
         rows = self.conn.execute(f"SELECT chunk_id, tokens, terms FROM {self._t('chunk_terms')} WHERE chunk_id = ANY(%s) "
                                  f"ORDER BY chunk_id", (list(chunk_ids),)).fetchall()
         return [(r[0], r[1], bytes(r[2])) for r in rows]
+
+    def terms_written_since(self, counter: int, limit: int) -> list[tuple[int, int, bytes]]:
+        """(chunk id, tokens, terms) of up to `limit` chunks written after change `counter`: what a
+        keyword copy built then lacks (keyword_cache.KeywordDelta)."""
+        rows = self.conn.execute(f"SELECT chunk_id, tokens, terms FROM {self._t('chunk_terms')} WHERE written > %s "
+                                 f"ORDER BY chunk_id LIMIT %s", (counter, limit)).fetchall()
+        return [(r[0], r[1], bytes(r[2])) for r in rows]
+
+    def count_written_since(self, counter: int) -> int:
+        return self.conn.execute(f"SELECT COUNT(*) FROM {self._t('chunk_terms')} WHERE written > %s", (counter,)).fetchone()[0]
 
     def term_lengths(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         rows = self.conn.execute(f"SELECT chunk_id, tokens, written FROM {self._t('chunk_terms')} ORDER BY chunk_id").fetchall()
