@@ -45,6 +45,7 @@ from tests.postgres_server import server_url  # noqa: E402
 
 # Room for a 100k-chunk HNSW index in memory, as docs would advise for a team server of this size.
 EF_SEARCH = pg_store.EF_SEARCH  # the default, restored after the sweep
+SCHEMA = pg_store.schema_name("benchmark", "benchmark")
 SERVER_SETTINGS = {"shared_buffers": "1GB", "maintenance_work_mem": "1GB", "max_parallel_maintenance_workers": "1"}
 
 
@@ -128,14 +129,14 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory() as scratch, server_url(SERVER_SETTINGS) as url:
         sqlite_store = IndexStore(Path(scratch) / "index.sqlite")
-        pg = PgIndexStore(connect(url), "kb_benchmark", Path(scratch) / "pg-copies")
+        pg = PgIndexStore(connect(url), SCHEMA, Path(scratch) / "pg-copies")
         results = {}
         for label, store in (("SQLite + vector cache", sqlite_store), ("PostgreSQL + pgvector HNSW", pg)):
             write_s = load(store, files, embedder.identity)
             started = time.perf_counter()
             if isinstance(store, PgIndexStore):
                 store.build_vector_index()
-                store.conn.execute('ANALYZE "kb_benchmark".chunk_vec')
+                store.conn.execute(f'ANALYZE "{SCHEMA}".chunk_vec')
                 index = store
             else:
                 vector_cache.refresh(store)
@@ -171,7 +172,7 @@ def main() -> None:
         started = time.perf_counter()
         vector_cache.refresh(pg)  # what the indexing host builds at the end of its run
         copy_s = time.perf_counter() - started
-        sizes = pg.conn.execute("SELECT pg_relation_size('\"kb_benchmark\".chunk_vec_hnsw')").fetchone()[0], pg.size_bytes()
+        sizes = pg.conn.execute(f"SELECT pg_relation_size('\"{SCHEMA}\".chunk_vec_hnsw')").fetchone()[0], pg.size_bytes()
         root = Path(scratch) / "files"  # hits are of files that exist (a search drops the others)
         root.mkdir()
         for path, _, _ in files:

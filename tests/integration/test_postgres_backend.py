@@ -342,3 +342,100 @@ def test_sigkill_mid_run_releases_the_lock_and_another_host_finishes_the_work(tr
     assert summary.error is None and summary.chunks_embedded == waiting  # only what the killed run had not done
     [row] = other.status()
     assert row["vector_search"] == "ok" and row["vectors"] == row["chunks"] and examine(other) == []
+
+
+# --- what an attacker's review found (each failed before its fix) ------------------------------------
+
+def test_an_index_path_naming_another_schema_cannot_drop_it(tree, tmp_path, postgres_database):
+    """A configured index_path under the postgres folder is a schema name only when it is one this store
+    makes: `public` (holding pgvector for everyone) or `My-Notes` are keys like any other path."""
+    import psycopg
+
+    docs = tree(NOTES)
+    team = host(tmp_path / "team", postgres_database, docs)
+    team.index()
+    home = tmp_path / "mine"
+    for leaf in ("public", "My-Notes"):
+        config = parse_knowledgebase({"directories": [{"path": str(docs), "name": "mine",
+                                                       "index_path": str(home / "knowledgebase" / "postgres" / leaf)}],
+                                      "store": {"backend": "postgres", "url": postgres_database}})
+        mine = KnowledgeBase(config, home, embedder_factory=StubEmbedder)
+        assert mine.index_path(config.directories[0]).name.startswith("kb_mine_")
+        [summary] = mine.index()
+        assert summary.error is None
+        assert mine.clear("mine") == ["mine"]
+    with psycopg.connect(postgres_database) as conn:
+        assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'public'").fetchone()
+        assert conn.execute("SELECT 1 FROM pg_extension WHERE extname = 'vector'").fetchone()
+    assert team.search("vitamin deficiency", k=1).hits[0].path == "vitamin.md"
+
+
+def test_a_password_with_url_characters_works_from_the_environment_and_is_never_shown(tree, tmp_path, postgres_database,
+                                                                                        monkeypatch):
+    import psycopg
+
+    secret = "Xy@S/cr#t%zz?9"
+    with psycopg.connect(postgres_database, autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS kb_special")
+        admin.execute(f"CREATE ROLE kb_special LOGIN SUPERUSER PASSWORD '{secret}'")
+    try:
+        docs = tree(NOTES)
+        server = postgres_database.split("@", 1)[1]
+        monkeypatch.setenv("KB_PG_PASSWORD", secret)
+        kb = host(tmp_path / "home", f"postgresql://kb_special:${{KB_PG_PASSWORD}}@{server}", docs)
+        [summary] = kb.index()
+        assert summary.error is None and kb.search("vitamin deficiency", k=1).hits[0].path == "vitamin.md"
+        monkeypatch.setenv("KB_PG_PASSWORD", "Wr0ngZebra@pass/%zz")
+        wrong = host(tmp_path / "home", f"postgresql://kb_special:${{KB_PG_PASSWORD}}@{server}", docs)
+        with pytest.raises(StoreError, match="refused the credentials of kb_special") as caught:
+            wrong.search("vitamin", directory=docs.name)
+        assert "Zebra" not in str(caught.value) and "%zz" not in str(caught.value)
+    finally:
+        with psycopg.connect(postgres_database, autocommit=True) as admin:
+            admin.execute("DROP OWNED BY kb_special")
+            admin.execute("DROP ROLE kb_special")
+
+
+def test_a_role_without_rights_on_an_index_gets_sentences_not_tracebacks(tree, tmp_path, postgres_database):
+    import psycopg
+
+    docs = tree(NOTES)
+    home = tmp_path / "home"
+    owner = host(home, postgres_database)
+    owner.index(str(docs))  # indexed by path: listed on this machine from now on
+    with psycopg.connect(postgres_database, autocommit=True) as admin:
+        admin.execute("DROP ROLE IF EXISTS kb_nobody")
+        admin.execute("CREATE ROLE kb_nobody LOGIN PASSWORD 'pw'")
+    try:
+        server = postgres_database.split("@", 1)[1]
+        nobody = host(home, f"postgresql://kb_nobody:pw@{server}")
+        for attempt in (lambda: nobody.search("vitamin"), nobody.status, lambda: nobody.index(str(docs))):
+            with pytest.raises((StoreError, KnowledgebaseError), match="PostgreSQL at|permission denied|No knowledgebase"):
+                attempt()
+    finally:
+        with psycopg.connect(postgres_database, autocommit=True) as admin:
+            admin.execute("DROP ROLE kb_nobody")
+
+
+def test_chunks_deleted_elsewhere_do_not_crowd_out_the_rest_of_a_delta_search(tree, tmp_path, postgres_database):
+    docs = tree({**{f"short{i}.md": "canary canary canary\n" for i in range(60)},
+                 **{f"keep{i}.md": "The canary " + " ".join(f"filler{j}" for j in range(80)) + "\n" for i in range(5)}})
+    writer = host(tmp_path / "a", postgres_database, docs)
+    reader = host(tmp_path / "b", postgres_database, docs)
+    writer.index()
+    assert len(reader.search("canary", k=10, mode="keyword").hits) == 10  # builds the reader's copy
+    for i in range(60):
+        (docs / f"short{i}.md").unlink()
+    writer.index()
+    assert sorted(hit.path for hit in reader.search("canary", k=10, mode="keyword").hits) == [f"keep{i}.md" for i in range(5)]
+
+
+def test_without_psycopg_the_postgres_store_is_one_sentence(tree, tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as if the [postgres] extra were not installed
+    kb = host(tmp_path / "home", "postgresql://kb:pw@127.0.0.1:1/kb", tree(NOTES))
+    with pytest.raises(StoreError, match=r"pip install 'hermes-knowledgebase\[postgres\]'"):
+        kb.search("vitamin", directory="docs")
+    [row] = kb.status()
+    assert "hermes-knowledgebase[postgres]" in row["problem"]

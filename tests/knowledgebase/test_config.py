@@ -1,3 +1,5 @@
+import os
+
 import pytest
 
 from hermes_kb.agent.knowledgebase.config import ConfigError, parse_knowledgebase
@@ -110,3 +112,33 @@ def test_a_path_no_filesystem_accepts_is_no_configured_directory():
     assert config.directory("a\0b") is None
     with pytest.raises(ConfigError, match="not a usable path"):
         config.ad_hoc("a\0b")
+
+
+@pytest.mark.parametrize("url, env, message", [
+    (None, {}, "store.url is needed for the postgres backend"),
+    ("mysql://kb@h/db", {}, "must start with postgresql://"),
+    ("postgresql://kb:${KB_NOT_SET_ANYWHERE}@h/db", {}, "environment variable KB_NOT_SET_ANYWHERE, which is not set"),
+    ("postgresql://kb:Xy@Secret9@h/db", {}, "has an @ in its user or password"),
+    ("postgresql://kb:ab%zzSECRET@h/db", {}, "a % that is not followed by two hex digits"),
+    ("postgresql://kb:Xy/Secret9@h/db", {}, "a port that is not a number"),
+    ("postgresql://kb:pw@h:99999/db", {}, "a port that is not a number"),
+])
+def test_a_bad_store_url_is_one_sentence_that_never_quotes_it(url, env, message, monkeypatch):
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(ConfigError, match=message) as caught:
+        parse_knowledgebase({"store": {"backend": "postgres", **({"url": url} if url else {})}})
+    assert "Secret9" not in str(caught.value) and "SECRET" not in str(caught.value)
+
+
+def test_store_url_variables_are_percent_encoded_inside_a_url_and_taken_whole_alone(monkeypatch):
+    monkeypatch.setenv("KB_PW", "Xy@S/cr#t%zz?9")
+    monkeypatch.setenv("KB_URL", "postgresql://kb:p%40ss@db:5433/kb")
+    inside = parse_knowledgebase({"store": {"backend": "postgres", "url": "postgresql://kb:${KB_PW}@db/kb"}}).store
+    assert inside.url == "postgresql://kb:Xy%40S%2Fcr%23t%25zz%3F9@db/kb"
+    assert "Xy" not in repr(inside) and "Xy" not in repr(parse_knowledgebase({"store": {"backend": "postgres",
+                                                                                           "url": "${KB_URL}"}}))
+    assert parse_knowledgebase({"store": {"backend": "postgres", "url": "${KB_URL}"}}).store.url == os.environ["KB_URL"]
+    assert parse_knowledgebase({"store": "sqlite"}).store.backend == "sqlite"
+    with pytest.raises(ConfigError, match="store.url is for the postgres backend"):
+        parse_knowledgebase({"store": {"url": "postgresql://h/db"}})

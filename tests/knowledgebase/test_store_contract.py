@@ -25,9 +25,10 @@ _schemas = itertools.count()
 
 @pytest.fixture
 def pg_store(postgres_url, tmp_path):
-    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect
+    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect, schema_name
 
-    store = PgIndexStore(connect(postgres_url), f"kb_contract_{os.getpid()}_{next(_schemas)}", tmp_path / "pg-copies")
+    schema = schema_name(f"{tmp_path}-{os.getpid()}-{next(_schemas)}", "contract")
+    store = PgIndexStore(connect(postgres_url), schema, tmp_path / "pg-copies")
     yield store
     store.drop()
     store.close()

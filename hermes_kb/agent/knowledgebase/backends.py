@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -105,9 +106,11 @@ class PostgresBackend:
 
     def _ask(self, question, *args):
         """`question(conn, *args)` from pg_store's catalogue on this thread's kept connection
-        (connecting costs ~5 ms, a whole search's budget); reconnected once if the server dropped it."""
-        import psycopg
+        (connecting costs ~5 ms, a whole search's budget); reconnected once if the server dropped it.
+        Any server error is one sentence (StoreError), as from `guarded`."""
+        from .pg_store import driver, where
 
+        psycopg = driver()
         key = threading.get_ident()
         for attempt in range(2):
             conn = self._control.get(key)
@@ -115,18 +118,30 @@ class PostgresBackend:
                 conn = self._control[key] = self._connect()
             try:
                 return question(conn, *args)
-            except psycopg.OperationalError:
+            except psycopg.OperationalError as exc:
                 conn.close()
                 if attempt:
-                    raise
+                    raise store.StoreError(f"Lost the connection to PostgreSQL at {where(self.url)} "
+                                           f"({self._reason(exc)}); try again.") from None
+            except psycopg.Error as exc:
+                raise store.StoreError(f"PostgreSQL at {where(self.url)} refused a question about its indexes: "
+                                       f"{self._reason(exc)}.") from None
         return None
+
+    def _reason(self, exc: BaseException) -> str:
+        from .pg_store import scrub
+
+        return _first_line(scrub(str(exc), self.url)) if str(exc).strip() else type(exc).__name__
 
     def index_path(self, directory: DirectoryConfig) -> Path:
         from .pg_store import schema_name
 
+        from .pg_store import SCHEMA_PATTERN
+
         folder = self.hermes_home / "knowledgebase" / "postgres"
-        if directory.index_path is not None and directory.index_path.parent == folder:
-            return directory.index_path  # a folder indexed by path, found on the server under its schema
+        given = directory.index_path
+        if given is not None and given.parent == folder and re.fullmatch(SCHEMA_PATTERN, given.name):
+            return given  # a folder indexed by path, found on the server under its schema
         return folder / schema_name(directory.resolved_index_path(self.hermes_home).stem, directory.name)
 
     def open(self, path: Path, name: str | None = None, create: bool = True):
@@ -151,9 +166,9 @@ class PostgresBackend:
         """The schema's oid (a dropped and recreated index gets a new one), asked on the reader's own
         connection when there is one: a connection the server dropped (a restart, a terminated
         backend) reads as a new identity, so the caller reconnects instead of failing a search."""
-        import psycopg
+        from .pg_store import driver, schema_oid
 
-        from .pg_store import schema_oid
+        psycopg = driver()
 
         if opened is not None:
             try:
@@ -172,6 +187,7 @@ class PostgresBackend:
 
         with self._connect() as conn, advisory_lock(conn, path.name, name, wait, on_wait):
             with store.writer_lock(path, on_wait=on_wait, wait=wait):
+                _indexed_here(path).touch()  # this machine writes it (a search's catch-up does not mark it)
                 yield
 
     def being_indexed(self, path: Path) -> bool:
@@ -185,29 +201,30 @@ class PostgresBackend:
         from .pg_store import drop_schema
 
         self._ask(drop_schema, path.name)
+        _indexed_here(path).unlink(missing_ok=True)
         return store.remove_index(path) or existed  # the local copies go with it
 
     @contextlib.contextmanager
     def guarded(self, path: Path, name: str) -> Iterator[None]:
         """Server errors as one sentence naming the directory (the URL's password never shown)."""
-        import psycopg
+        from .pg_store import driver, where
 
-        from .pg_store import where
+        psycopg = driver()
 
         try:
             with store.guarded(path, name):  # the local copies and lock: disk errors
                 yield
         except psycopg.OperationalError as exc:
             raise store.StoreError(f"Lost the connection to PostgreSQL at {where(self.url)} while using the index of "
-                                   f"{name} ({_first_line(exc)}); nothing indexed was lost, try again.") from None
+                                   f"{name} ({self._reason(exc)}); nothing indexed was lost, try again.") from None
         except psycopg.Error as exc:
             raise store.StoreError(f"The index of {name} on PostgreSQL at {where(self.url)} failed: "
-                                   f"{_first_line(exc)}.") from None
+                                   f"{self._reason(exc)}.") from None
 
     def query_errors(self) -> tuple[type[BaseException], ...]:
-        import psycopg
+        from .pg_store import driver
 
-        return (psycopg.Error,)
+        return (driver().Error,)
 
     def describe(self) -> str:
         from .pg_store import where
@@ -218,14 +235,21 @@ class PostgresBackend:
         """Schemas this machine indexed that its config does not list: each one's root and name, in two queries."""
         from .pg_store import index_roots
 
-        # Only what this machine indexed (its lock file is here), as only this home's SQLite files are
-        # listed: other hosts' folders indexed by path must not join this machine's searches.
+        # Only what this machine indexed (marked when it took the writer lock), as only this home's SQLite
+        # files are listed: other hosts' folders indexed by path must not join this machine's searches.
         folder = self.hermes_home / "knowledgebase" / "postgres"
-        mine = [lock.name[:-len(".lock")] for lock in folder.glob("kb_*.lock")] if folder.is_dir() else []
+        mine = [marker.name[:-len(INDEXED_HERE)] for marker in folder.glob(f"kb_*{INDEXED_HERE}")] if folder.is_dir() else []
         if not mine:
             return []
         return [Unlisted(folder / schema, meta.get("name", ""), meta.get("root"))
                 for schema, meta in self._ask(index_roots, mine).items()]
+
+
+INDEXED_HERE = ".indexed-here"  # beside a server index's local copies: this machine has written it
+
+
+def _indexed_here(path: Path) -> Path:
+    return Path(f"{path}{INDEXED_HERE}")
 
 
 def _locked_here(path: Path) -> bool:

@@ -12,6 +12,7 @@ import hashlib
 import math
 import os
 import re
+import urllib.parse
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Collection
@@ -342,14 +343,39 @@ def _store(section: dict) -> StoreConfig:
     if not isinstance(url, str) or not url.strip():
         raise ConfigError("knowledgebase.store.url is needed for the postgres backend, e.g. "
                           "postgresql://kb:${KB_PASSWORD}@db.example.com/knowledgebase.")
-    named = [braced or bare for braced, bare in re.findall(r"\$\{(\w+)\}|\$(\w+)", url)]
+    return StoreConfig(backend, _postgres_url(url))
+
+
+_VARIABLE = re.compile(r"\$\{(\w+)\}|\$(\w+)")
+
+
+def _postgres_url(url: str) -> str:
+    """The url with its ${VARS} from the environment: a url that is one variable is taken as it is; a
+    variable inside one (a password) is percent-encoded, so `@`, `/`, `#` or `%` in it cannot change
+    what the url means or be echoed back by libpq as a host name. Checked without ever quoting it."""
+    named = [braced or bare for braced, bare in _VARIABLE.findall(url)]
     unset = [name for name in named if name not in os.environ]
     if unset:
         raise ConfigError(f"knowledgebase.store.url uses the environment variable {unset[0]}, which is not set.")
-    url = os.path.expandvars(url)
+    whole = _VARIABLE.fullmatch(url.strip())
+    if whole:
+        url = os.environ[whole.group(1) or whole.group(2)]
+    else:
+        url = _VARIABLE.sub(lambda m: urllib.parse.quote(os.environ[m.group(1) or m.group(2)], safe=""), url)
     if not url.startswith(("postgresql://", "postgres://")):
         raise ConfigError("knowledgebase.store.url must start with postgresql:// (a libpq connection URL).")
-    return StoreConfig(backend, url)
+    netloc = urllib.parse.urlsplit(url).netloc
+    if netloc.count("@") > 1:
+        raise ConfigError("knowledgebase.store.url has an @ in its user or password; write it as %40 (or put the "
+                          "password in an environment variable the url names).")
+    if re.search(r"%(?![0-9A-Fa-f]{2})", url):
+        raise ConfigError("knowledgebase.store.url has a % that is not followed by two hex digits; write a literal % as %25.")
+    for host in netloc.rpartition("@")[2].split(","):
+        port = host.rpartition("]")[2].rpartition(":")[2] if ":" in host.rpartition("]")[2] else ""
+        if port and not (port.isdigit() and 0 < int(port) < 65536):
+            raise ConfigError("knowledgebase.store.url has a port that is not a number from 1 to 65535 (a / # ? in a "
+                              "password must be percent-encoded).")
+    return url
 
 
 def _directory(entry: Any, position: int, base: KnowledgebaseConfig) -> DirectoryConfig:

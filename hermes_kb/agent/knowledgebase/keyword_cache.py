@@ -26,7 +26,7 @@ import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -366,8 +366,11 @@ class KeywordDelta:
     (document frequencies, mean length), so BM25 is a few changes approximate until the next merge;
     chunks deleted since are still in the copy and drop out when the search reads their rows."""
 
-    def __init__(self, copy: KeywordCache, rows: Sequence[tuple[int, int, bytes]]):
-        self.copy, self.rows = copy, list(rows)
+    def __init__(self, copy: KeywordCache, rows: Sequence[tuple[int, int, bytes]], gone: int,
+                 live: Callable[[list[int]], set[int]]):
+        """`gone`: how many chunks of the copy were deleted since (replaced or removed); `live(ids)`:
+        which of these chunk ids the index still holds, so deleted ones never take a caller's places."""
+        self.copy, self.rows, self.gone, self._live = copy, list(rows), max(0, gone), live
         self.generation, self.count = copy.generation, copy.count
         self._mean_tokens = float(copy.tokens.mean()) if copy.count else 1.0
 
@@ -375,17 +378,24 @@ class KeywordDelta:
         return self.copy.document_frequencies(query_words)
 
     def search(self, query_words: Sequence[str], k: int) -> list[tuple[int, float]]:
-        # The copy is asked for more: chunks replaced since the copy still hold places in its ranking.
-        older = self.copy.search(query_words, k + len(self.rows))
+        # The copy is asked for more: chunks deleted since it was built still hold places in its ranking.
+        older = self._alive(self.copy.search(query_words, k + self.gone))
         newer = bm25(query_words, self.rows, dict(zip(query_words, self.document_frequencies(query_words))),
                      self.count, self._mean_tokens, k)
         return sorted([*older, *newer], key=lambda pair: (-pair[1], pair[0]))[:k]
 
     def holders_of_all_terms(self, text: str, limit: int) -> list[int] | None:
-        held = self.copy.holders_of_all_terms(text, limit)
+        held = self.copy.holders_of_all_terms(text, limit + self.gone)
         if held is None:
             return None
+        held = [chunk_id for chunk_id, _ in self._alive([(chunk_id, 0.0) for chunk_id in held])]
         stems = set(_stems(text).tolist())
         held = held + [chunk_id for chunk_id, _, packed in self.rows
                        if stems <= set(np.frombuffer(packed, dtype=_TERM_RECORD)["hash"].tolist())]
         return held if len(held) <= limit else None
+
+    def _alive(self, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
+        if not self.gone or not ranked:
+            return ranked
+        live = self._live([chunk_id for chunk_id, _ in ranked])
+        return [pair for pair in ranked if pair[0] in live]

@@ -26,7 +26,7 @@ import re
 import time
 from pathlib import Path
 from typing import Iterable, Iterator, Sequence
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
@@ -36,7 +36,7 @@ from .embeddings import ModelIdentity
 from .store import (CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRow, IndexBusy, StoreCommon, StoreError,
                     companion_paths)
 
-SCHEMA_PATTERN = r"[a-z_][a-z0-9_]{0,62}"  # what schema_name makes: safe to splice into SQL unquoted or quoted
+SCHEMA_PATTERN = r"kb_[a-z0-9_]{1,40}_[0-9a-f]{10}"  # what schema_name makes, nothing else: never `public`
 MIN_SERVER = 130000  # PostgreSQL 13: the oldest pgvector 0.7+ supports
 MIN_PGVECTOR = (0, 7, 0)  # halfvec, for the HNSW index
 HNSW = {"m": 16, "ef_construction": 64}
@@ -73,18 +73,44 @@ def schema_name(key: str, name: str) -> str:
 
 
 def where(url: str) -> str:
-    """host:port of a URL: what messages name (never the password)."""
-    parts = urlsplit(url)
-    return f"{parts.hostname or 'localhost'}:{parts.port or 5432}"
+    """The server(s) a URL names, as messages show them: what follows the credentials; never raises."""
+    hosts = urlsplit(url).netloc.rpartition("@")[2]
+    return hosts or "the local server"
+
+
+def scrub(text: str, url: str) -> str:
+    """libpq's text with the URL's password taken out, however it was written."""
+    password = urlsplit(url).netloc.rpartition("@")[0].partition(":")[2]
+    for secret in {password, unquote(password)} - {""}:
+        text = text.replace(secret, "***")
+    return text
+
+
+def _reason(exc: BaseException, url: str) -> str:
+    """The line of libpq's message that says what failed ("Connection refused", not the hint after it)."""
+    lines = [line.strip() for line in scrub(str(exc), url).splitlines() if line.strip()]
+    if not lines:
+        return type(exc).__name__
+    return lines[0].rpartition(" failed: ")[2] or lines[0]
+
+
+def driver():
+    """psycopg, or one sentence saying how to install it."""
+    try:
+        import psycopg
+    except ImportError:
+        raise StoreError("knowledgebase.store is postgres, which needs psycopg: "
+                         "pip install 'hermes-knowledgebase[postgres]'.") from None
+    return psycopg
 
 
 def _explain_connect(exc: Exception, url: str) -> StoreError:
     """One sentence for what a user got wrong when connecting, from libpq's message."""
-    text, at, user = str(exc), where(url), urlsplit(url).username or "the default user"
+    text, at, user = scrub(str(exc), url), where(url), unquote(urlsplit(url).username or "") or "the default user"
     reasons = (
         ("password authentication failed", f"PostgreSQL at {at} refused the credentials of {user}; check the user "
                                             "and password in knowledgebase.store.url."),
-        ("does not exist", f"PostgreSQL at {at} has no such database or role ({text.strip().splitlines()[-1]}); "
+        ("does not exist", f"PostgreSQL at {at} has no such database or role ({_reason(exc, url)}); "
                            "create it or fix knowledgebase.store.url."),
         ("no password supplied", f"PostgreSQL at {at} wants a password for {user}; put it in knowledgebase.store.url "
                                  "(or an environment variable it names)."),
@@ -92,13 +118,13 @@ def _explain_connect(exc: Exception, url: str) -> StoreError:
     for needle, sentence in reasons:
         if needle in text:
             return StoreError(sentence)
-    return StoreError(f"Cannot reach the PostgreSQL server at {at} ({text.strip().splitlines()[-1] if text.strip() else type(exc).__name__}); "
+    return StoreError(f"Cannot reach the PostgreSQL server at {at} ({_reason(exc, url)}); "
                       "is it running and is knowledgebase.store.url right?")
 
 
 def connect(url: str, timeout_s: float = 10.0):
     """An autocommit connection to a server this store can use, or StoreError saying why not."""
-    import psycopg
+    psycopg = driver()
 
     try:
         conn = psycopg.connect(url, autocommit=True, connect_timeout=max(1, int(timeout_s)), prepare_threshold=None)
@@ -128,8 +154,9 @@ def check_server(conn, where: str) -> None:
                              "package or the pgvector/pgvector image), then run `CREATE EXTENSION vector;` in the database.")
         try:
             conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
-        except psycopg.Error:
-            raise StoreError(f"pgvector is not enabled in the database at {where} and this user may not enable it; "
+        except psycopg.Error as exc:
+            detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise StoreError(f"pgvector is not enabled in the database at {where} and could not be enabled ({detail}); "
                              "run `CREATE EXTENSION vector;` in it as its owner or a superuser.") from None
         row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
     found = tuple(int(part) for part in re.findall(r"\d+", row[0])[:3])
@@ -419,6 +446,11 @@ class PgIndexStore(StoreCommon):
                                  f"ORDER BY chunk_id LIMIT %s", (counter, limit)).fetchall()
         return [(r[0], r[1], bytes(r[2])) for r in rows]
 
+    def live_chunks(self, chunk_ids: Sequence[int]) -> set[int]:
+        """Which of these chunk ids the index holds now."""
+        rows = self.conn.execute(f"SELECT id FROM {self._t('chunks')} WHERE id = ANY(%s)", (list(chunk_ids),)).fetchall()
+        return {row[0] for row in rows}
+
     def count_written_since(self, counter: int) -> int:
         return self.conn.execute(f"SELECT COUNT(*) FROM {self._t('chunk_terms')} WHERE written > %s", (counter,)).fetchone()[0]
 
@@ -480,9 +512,13 @@ def schema_oid(conn, schema: str) -> int | None:
 
 
 def drop_schema(conn, schema: str) -> None:
+    """Drop an index's schema: only one this store made (its name, and its meta table with a schema version)."""
     if not re.fullmatch(SCHEMA_PATTERN, schema):
         raise ValueError(f"not a schema name this store creates: {schema!r}")
-    conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+    if conn.execute("SELECT to_regclass(%s)", (f'"{schema}".meta',)).fetchone()[0] is None or \
+            conn.execute(f'SELECT 1 FROM "{schema}".meta WHERE key = \'schema_version\'').fetchone() is None:
+        return
+    conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
 
 
 def index_roots(conn, schemas: Iterable[str]) -> dict[str, dict[str, str]]:

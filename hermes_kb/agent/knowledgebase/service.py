@@ -387,24 +387,30 @@ class KnowledgeBase:
 
     def _keywords_with_delta(self, index_path: Path, store: IndexStore, generation: str) -> KeywordCache | KeywordDelta | None:
         """This machine's keyword copy of a shared index, current or with the chunks written since it."""
-        path = keyword_cache.cache_path(index_path)
-        on_disk = keyword_cache.read_generation(path)
+        on_disk = keyword_cache.read_generation(keyword_cache.cache_path(index_path))
         if on_disk is None or not (on_disk == generation or keyword_cache.earlier_state(on_disk, generation)):
             return None
-        copy = self._copies.get(("keyword_cache", index_path))
-        if copy is None or copy.generation != on_disk:
-            try:
-                copy = KeywordCache(path)
-            except (OSError, ValueError):
-                return None
-            self._copies[("keyword_cache", index_path)] = copy
+        copy = self._keyword_copy(index_path, on_disk)
+        if copy is None:
+            return None
         if copy.generation == generation:
             return copy
         rows = store.terms_written_since(keyword_cache.counter(copy.generation), KEYWORD_DELTA_CHUNKS + 1)
-        return KeywordDelta(copy, rows) if len(rows) <= KEYWORD_DELTA_CHUNKS else None
+        gone = copy.count + len(rows) - store.chunk_total()  # every chunk written since has a new id
+        return KeywordDelta(copy, rows, gone, store.live_chunks) if len(rows) + gone <= KEYWORD_DELTA_CHUNKS else None
 
-    @staticmethod
-    def _catch_up_keywords(path: Path, store: IndexStore) -> None:
+    def _keyword_copy(self, index_path: Path, generation: str) -> KeywordCache | None:
+        """The keyword copy on disk, mapped once per state (its header said `generation`)."""
+        copy = self._copies.get(("keyword_cache", index_path))
+        if copy is None or copy.generation != generation:
+            try:
+                copy = KeywordCache(keyword_cache.cache_path(index_path))
+            except (OSError, ValueError):
+                return None
+            self._copies[("keyword_cache", index_path)] = copy
+        return copy
+
+    def _catch_up_keywords(self, path: Path, store: IndexStore) -> None:
         """A shared index another host wrote to: this machine's keyword copy is brought up to date
         before searching (only what changed is merged in), so keyword scores stay BM25 over the whole
         index, unless the changes are few and the copy young (then searched with them, see
@@ -415,10 +421,11 @@ class KnowledgeBase:
         if on_disk == generation:
             return
         with contextlib.suppress(OSError):
-            if keyword_cache.earlier_state(on_disk, generation) \
-                    and time.time() - copy_path.stat().st_mtime < KEYWORD_DELTA_SECONDS \
-                    and store.count_written_since(keyword_cache.counter(on_disk)) <= KEYWORD_DELTA_CHUNKS:
-                return
+            copy = self._keyword_copy(path, on_disk) if keyword_cache.earlier_state(on_disk, generation) else None
+            if copy is not None and time.time() - copy_path.stat().st_mtime < KEYWORD_DELTA_SECONDS:
+                written = store.count_written_since(keyword_cache.counter(on_disk))
+                if written + max(0, copy.count + written - store.chunk_total()) <= KEYWORD_DELTA_CHUNKS:
+                    return
         try:
             with writer_lock(path, wait=False):
                 keyword_cache.refresh(store)
