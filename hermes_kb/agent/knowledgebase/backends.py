@@ -129,9 +129,9 @@ class PostgresBackend:
         return None
 
     def _reason(self, exc: BaseException) -> str:
-        from .pg_store import scrub
+        from .pg_store import reason
 
-        return _first_line(scrub(str(exc), self.url)) if str(exc).strip() else type(exc).__name__
+        return reason(exc, self.url)
 
     def index_path(self, directory: DirectoryConfig) -> Path:
         from .pg_store import schema_name
@@ -262,11 +262,6 @@ def _locked_here(path: Path) -> bool:
         return True
     except OSError:  # a lock file that cannot be opened here (read-only folder): nobody writes there either
         return False
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
 
 
 def backend_for(config: StoreConfig, hermes_home: Path) -> SqliteBackend | PostgresBackend:

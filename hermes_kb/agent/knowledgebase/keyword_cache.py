@@ -219,7 +219,7 @@ def refresh(store) -> bool:
             build(path, generation, store.iter_terms())
             return True
         ids, tokens, written = store.term_lengths()
-        changed = ids[(written > _counter(previous.generation)) | ~np.isin(ids, previous.ids)]
+        changed = ids[(written > counter(previous.generation)) | ~np.isin(ids, previous.ids)]
         if len(changed) > len(ids) // 2:
             build(path, generation, store.iter_terms())
         else:
@@ -227,13 +227,9 @@ def refresh(store) -> bool:
     return True
 
 
-def _counter(generation: str) -> int:
-    return int(generation.rsplit(":", 1)[1])
-
-
 def counter(generation: str) -> int:
     """The change count of a generation: chunks with `written` above it were written after it."""
-    return _counter(generation)
+    return int(generation.rsplit(":", 1)[1])
 
 
 def earlier_state(copy_generation: str | None, generation: str) -> bool:
@@ -241,7 +237,7 @@ def earlier_state(copy_generation: str | None, generation: str) -> bool:
     and not a later state (an index restored from a backup), whose `written` marks could not tell
     what changed."""
     return copy_generation is not None and copy_generation.rsplit(":", 1)[0] == generation.rsplit(":", 1)[0] \
-        and _counter(copy_generation) < _counter(generation)
+        and counter(copy_generation) < counter(generation)
 
 
 def _previous_copy(path: Path, generation: str) -> "KeywordCache | None":

@@ -86,7 +86,7 @@ def scrub(text: str, url: str) -> str:
     return text
 
 
-def _reason(exc: BaseException, url: str) -> str:
+def reason(exc: BaseException, url: str) -> str:
     """The line of libpq's message that says what failed ("Connection refused", not the hint after it)."""
     lines = [line.strip() for line in scrub(str(exc), url).splitlines() if line.strip()]
     if not lines:
@@ -110,7 +110,7 @@ def _explain_connect(exc: Exception, url: str) -> StoreError:
     reasons = (
         ("password authentication failed", f"PostgreSQL at {at} refused the credentials of {user}; check the user "
                                             "and password in knowledgebase.store.url."),
-        ("does not exist", f"PostgreSQL at {at} has no such database or role ({_reason(exc, url)}); "
+        ("does not exist", f"PostgreSQL at {at} has no such database or role ({reason(exc, url)}); "
                            "create it or fix knowledgebase.store.url."),
         ("no password supplied", f"PostgreSQL at {at} wants a password for {user}; put it in knowledgebase.store.url "
                                  "(or an environment variable it names)."),
@@ -118,7 +118,7 @@ def _explain_connect(exc: Exception, url: str) -> StoreError:
     for needle, sentence in reasons:
         if needle in text:
             return StoreError(sentence)
-    return StoreError(f"Cannot reach the PostgreSQL server at {at} ({_reason(exc, url)}); "
+    return StoreError(f"Cannot reach the PostgreSQL server at {at} ({reason(exc, url)}); "
                       "is it running and is knowledgebase.store.url right?")
 
 
