@@ -360,7 +360,7 @@ class KeywordDelta:
     as one: a machine sharing an index on a server need not rewrite its copy (~0.9 s at 100k chunks)
     after every change another machine makes. The new chunks are scored with the copy's statistics
     (document frequencies, mean length), so BM25 is a few changes approximate until the next merge;
-    chunks deleted since are still in the copy and drop out when the search reads their rows."""
+    chunks deleted since are still in the copy, and are left out by asking the index which ids live."""
 
     def __init__(self, copy: KeywordCache, rows: Sequence[tuple[int, int, bytes]], gone: int,
                  live: Callable[[list[int]], set[int]]):
