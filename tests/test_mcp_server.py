@@ -26,17 +26,29 @@ REPO = Path(__file__).resolve().parents[1]
 FOX = "# Fox\n\n" + "\n".join(f"line {i}: the quick brown fox {i}" for i in range(1, 61)) + "\n"
 
 
-@pytest.fixture
-def indexed(tree, make_kb, tmp_path):
+def store_settings(request) -> dict:
+    """The store a parametrised test runs on: the default SQLite, or the test PostgreSQL server."""
+    if request.param == "sqlite":
+        return {}
+    return {"store": {"backend": "postgres", "url": request.getfixturevalue("postgres_database")}}
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def indexed(request, tree, make_kb, tmp_path):
     root = tree({"notes/fox.md": FOX,
                  "deploy.md": "# Deploy\n\nProduction deploys use the blue-green switch on port 4271.\n",
                  "with space.md": "A file whose name has a space: zebra crossing.\n"})
     outside = tmp_path / "outside"
     outside.mkdir()
     (outside / "secret.txt").write_text("do not read")
-    kb = make_kb(root)
+    kb = make_kb(root, **store_settings(request))
     kb.index()
     return kb, root, outside
+
+
+@pytest.fixture
+def store(request) -> dict:
+    return store_settings(request)
 
 
 def session(kb, allow_clear=False):
@@ -224,13 +236,14 @@ def _env(home: Path) -> dict:
     return passed
 
 
-def test_stdio_server_through_the_sdk_client(tree, make_kb, hermes_home, write_config):
+@pytest.mark.parametrize("store", ["sqlite", "postgres"], indirect=True)
+def test_stdio_server_through_the_sdk_client(tree, make_kb, hermes_home, write_config, store):
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
     root = tree({"deploy.md": "# Deploy\n\nProduction deploys use the blue-green switch on port 4271.\n"})
-    write_config({"directories": [str(root)]})
-    make_kb(root).index()  # stub vectors: the subprocess searches by keyword and never loads the model
+    write_config({"directories": [str(root)], **store})
+    make_kb(root, **store).index()  # stub vectors: the subprocess searches by keyword and never loads the model
     params = StdioServerParameters(command=sys.executable, args=["-m", "hermes_kb.hermes_cli.main", "kb", "mcp"],
                                    env=_env(hermes_home), cwd=str(REPO))
 
