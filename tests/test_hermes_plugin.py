@@ -92,9 +92,17 @@ def plugin(stub_embedder):
         make_kb=lambda config, home: KnowledgeBase(config, home, embedder_factory=lambda: stub_embedder))
 
 
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request) -> dict:
+    """The store the plugin's index lives in: the default SQLite, or the test PostgreSQL server."""
+    if request.param == "sqlite":
+        return {}
+    return {"store": {"backend": "postgres", "url": request.getfixturevalue("postgres_database")}}
+
+
 @pytest.fixture
-def ctx(plugin, docs, write_config):
-    write_config({"directories": [str(docs)], "relevance_threshold": 0.0})
+def ctx(plugin, docs, write_config, store):
+    write_config({"directories": [str(docs)], "relevance_threshold": 0.0, **store})
     plugin.kb().index()
     context = FakeContext()
     plugin.register(context)
@@ -155,8 +163,8 @@ def test_kb_clear_and_indexing_a_new_folder_are_refused(ctx, tmp_path):
     assert run_tool(ctx, "kb_status")[0]["files"] == 2  # nothing was cleared
 
 
-def test_config_switch_allows_clear(ctx, docs, write_config):
-    write_config({"directories": [str(docs)], "allow_model_clear": True})
+def test_config_switch_allows_clear(ctx, docs, write_config, store):
+    write_config({"directories": [str(docs)], "allow_model_clear": True, **store})
     assert run_tool(ctx, "kb_clear", directory="docs") == {"cleared": ["docs"]}
 
 
