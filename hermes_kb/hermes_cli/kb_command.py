@@ -11,7 +11,6 @@ import shlex
 import sys
 import textwrap
 import time
-from pathlib import Path
 from typing import Callable
 
 from rich import box

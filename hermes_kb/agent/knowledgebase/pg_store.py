@@ -33,8 +33,7 @@ import numpy as np
 from . import keyword_cache, vector_cache
 from .chunker import Chunk
 from .embeddings import ModelIdentity
-from .store import (CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRow, IndexBusy, StoreCommon, StoreError,
-                    companion_paths)
+from .store import CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRow, IndexBusy, StoreCommon, StoreError
 
 SCHEMA_PATTERN = r"kb_[a-z0-9_]{1,40}_[0-9a-f]{10}"  # what schema_name makes, nothing else: never `public`
 MIN_SERVER = 130000  # PostgreSQL 13: the oldest pgvector 0.7+ supports
@@ -305,16 +304,10 @@ class PgIndexStore(StoreCommon):
                 for vector_id, window in zip(vector_cache.vector_ids(chunk_id, len(windows)), windows):
                     copy.write_row((vector_id, _literal(window)))
 
-    def delete_files(self, paths: Iterable[str]) -> int:
-        paths = list(paths)
-        if not paths:
-            return 0
-        with self.transaction():
-            self._bump_generation()
-            ids = [r[0] for r in self.conn.execute(f"SELECT id FROM {self._t('files')} WHERE path = ANY(%s)", (paths,)).fetchall()]
-            self._delete_chunks_of(ids)
-            self.conn.execute(f"DELETE FROM {self._t('files')} WHERE path = ANY(%s)", (paths,))
-        return len(paths)
+    def _delete_paths(self, paths: list[str]) -> None:
+        ids = [r[0] for r in self.conn.execute(f"SELECT id FROM {self._t('files')} WHERE path = ANY(%s)", (paths,)).fetchall()]
+        self._delete_chunks_of(ids)
+        self.conn.execute(f"DELETE FROM {self._t('files')} WHERE path = ANY(%s)", (paths,))
 
     # --- vectors ------------------------------------------------------------------------
     def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
@@ -497,7 +490,7 @@ class PgIndexStore(StoreCommon):
         """Tables, their indexes and TOAST on the server, and this machine's copies of them."""
         row = self.conn.execute("SELECT COALESCE(SUM(pg_total_relation_size(c.oid)), 0) FROM pg_class c JOIN pg_namespace n "
                                 "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relkind = 'r'", (self.schema,)).fetchone()
-        return int(row[0]) + sum(p.stat().st_size for p in companion_paths(self.path) if p.exists())
+        return int(row[0]) + self.local_bytes()
 
     def drop(self) -> None:
         """Delete this directory's whole index (`clear`)."""

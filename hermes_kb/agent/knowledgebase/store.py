@@ -212,8 +212,8 @@ def _blob(vector: np.ndarray) -> bytes:
 
 class StoreCommon:
     """What both stores (SQLite here, PostgreSQL in pg_store) do the same way on top of their own SQL:
-    each supplies conn, _t (a table's qualified name), meta, all_meta, set_meta, has_vector_table, transaction,
-    _bump_generation and _insert_vectors."""
+    each supplies conn, path, _t (a table's qualified name), meta, all_meta, set_meta, has_vector_table, transaction,
+    _bump_generation, _insert_vectors and _delete_paths."""
 
     def close(self) -> None:
         self.conn.close()
@@ -256,6 +256,20 @@ class StoreCommon:
         with self.transaction():
             self._bump_generation()
             self._insert_vectors(vectors)
+
+    def delete_files(self, paths: Iterable[str]) -> int:
+        """Forget these files (relative paths), their chunks, terms and vectors, in one transaction."""
+        paths = list(paths)
+        if not paths:
+            return 0
+        with self.transaction():
+            self._bump_generation()
+            self._delete_paths(paths)
+        return len(paths)
+
+    def local_bytes(self) -> int:
+        """What this machine keeps of the index on disk: the file and its companions (the copies)."""
+        return sum(p.stat().st_size for p in companion_paths(self.path) if p.exists())
 
 
 class IndexStore(StoreCommon):
@@ -408,19 +422,13 @@ class IndexStore(StoreCommon):
             self.conn.executemany("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)",
                                   zip(vector_cache.vector_ids(chunk_id, len(windows)), map(_blob, windows)))
 
-    def delete_files(self, paths: Iterable[str]) -> int:
-        paths = list(paths)
-        if not paths:
-            return 0
-        with self.transaction():
-            self._bump_generation()
-            for begin in range(0, len(paths), 500):
-                batch = paths[begin:begin + 500]
-                marks = ",".join("?" * len(batch))
-                ids = [r[0] for r in self.conn.execute(f"SELECT id FROM files WHERE path IN ({marks})", batch)]
-                self._delete_chunks_of(ids)
-                self.conn.execute(f"DELETE FROM files WHERE path IN ({marks})", batch)
-        return len(paths)
+    def _delete_paths(self, paths: list[str]) -> None:
+        for begin in range(0, len(paths), 500):
+            batch = paths[begin:begin + 500]
+            marks = ",".join("?" * len(batch))
+            ids = [r[0] for r in self.conn.execute(f"SELECT id FROM files WHERE path IN ({marks})", batch)]
+            self._delete_chunks_of(ids)
+            self.conn.execute(f"DELETE FROM files WHERE path IN ({marks})", batch)
 
     # --- vectors ------------------------------------------------------------------------
     def vectors_by_hash(self, hashes: Iterable[str]) -> dict[str, np.ndarray]:
@@ -567,7 +575,7 @@ class IndexStore(StoreCommon):
         self.conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 
     def size_bytes(self) -> int:
-        return sum(p.stat().st_size for p in companion_paths(self.path) if p.exists())
+        return self.local_bytes()
 
     # --- reading ------------------------------------------------------------------------
     def chunks(self, chunk_ids: Sequence[int]) -> dict[int, ChunkRow]:
