@@ -410,7 +410,7 @@ def test_a_role_without_rights_on_an_index_gets_sentences_not_tracebacks(tree, t
         server = postgres_database.split("@", 1)[1]
         nobody = host(home, f"postgresql://kb_nobody:pw@{server}")
         for attempt in (lambda: nobody.search("vitamin"), nobody.status, lambda: nobody.index(str(docs))):
-            with pytest.raises((StoreError, KnowledgebaseError), match="PostgreSQL at|permission denied|No knowledgebase"):
+            with pytest.raises((StoreError, KnowledgebaseError), match="PostgreSQL at|permission denied|No knowledgebase|belongs to the role"):
                 attempt()
     finally:
         with psycopg.connect(postgres_database, autocommit=True) as admin:

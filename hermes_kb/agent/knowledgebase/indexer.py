@@ -32,7 +32,7 @@ from .file_access import read_inside
 from .loaders import LoadError, load
 from .secret_scan import redact
 from .scanner import ScannedFile, scan
-from .store import FileRow, IndexStore, StoreError, index_files
+from .store import FileRefused, FileRow, IndexStore, StoreError, index_files
 
 log = logging.getLogger(__name__)
 
@@ -191,8 +191,13 @@ class _Run:
             known = self.store.vectors_by_hash([c.content_hash for c in chunks])
         if len(known) < len({c.content_hash for c in chunks}) and not self.store.reembed_pending():
             self.store.set_meta(reembed_pending=1)  # the journal: these chunks wait for vectors
-        ids = self.store.write_file(file.rel_path, file.size, file.mtime_ns, digest, file.kind, chunks,
-                                    [known.get(c.content_hash) for c in chunks])
+        try:
+            ids = self.store.write_file(file.rel_path, file.size, file.mtime_ns, digest, file.kind, chunks,
+                                        [known.get(c.content_hash) for c in chunks])
+        except FileRefused as exc:
+            self.passing_skips.append((file.rel_path, str(exc)))
+            self.progress.advance(files=1)
+            return
         reused = 0
         for chunk_id, chunk in zip(ids, chunks):
             if chunk.content_hash in known:

@@ -36,6 +36,15 @@ from .derived_file import replacing, write_header
 MAGIC = b"HERMESKBKEY2\n"  # 2: checksums
 K1, B = 1.2, 0.75  # FTS5's bm25() constants; no other pair won on both SciFact splits (benchmarks/tune_keyword.py)
 MIN_IDF = 1e-6  # FTS5 floors the IDF of words in more than half the rows here rather than going negative
+
+
+def idf(count, frequency):
+    """BM25's IDF, floored at MIN_IDF, for a count and document frequencies (scalars or arrays) that
+    may come from estimates: a frequency is bounded to [0, count] first, so an estimate past the
+    chunk count (sampled id windows over holes), a negative or a NaN one never reaches the log."""
+    count = max(float(count), 0.0)
+    frequency = np.clip(np.nan_to_num(np.asarray(frequency, dtype=np.float64), nan=0.0), 0.0, count)
+    return np.maximum(np.log((count - frequency + 0.5) / (frequency + 0.5)), MIN_IDF)
 MAX_POSTINGS = 12_000_000  # ~150k chunks of prose; building holds ~50 bytes a posting, so above this FTS5 serves
 _WORD = re.compile(r"[^\W_]+")  # unicode61: letters and digits are word characters, everything else separates
 
@@ -147,10 +156,10 @@ def _write(path: Path, generation: str, postings: _Postings) -> None:
     starts = np.flatnonzero(postings.hashes[1:] != postings.hashes[:-1]) + 1
     offsets = np.concatenate([[0], starts, [total]]).astype(np.int64) if total else np.zeros(1, np.int64)
     frequency_of_term = np.diff(offsets)
-    idf = np.maximum(np.log((count - frequency_of_term + 0.5) / (frequency_of_term + 0.5)), MIN_IDF)
+    term_idf = idf(count, frequency_of_term)
     relative_length = postings.tokens[postings.rows] / max(postings.tokens.mean() if count else 1.0, 1e-9)
     frequencies = postings.counts.astype(np.float32)
-    weights = (np.repeat(idf, frequency_of_term) * frequencies * (K1 + 1)
+    weights = (np.repeat(term_idf, frequency_of_term) * frequencies * (K1 + 1)
                / (frequencies + K1 * (1 - B + B * relative_length))).astype(np.float32)
     arrays = {"ids": postings.ids, "tokens": postings.tokens, "hashes": postings.hashes[offsets[:-1]],
               "offsets": offsets, "rows": postings.rows, "weights": weights, "counts": postings.counts}
@@ -175,14 +184,14 @@ def bm25(query_words: Sequence[str], rows: Sequence[tuple[int, int, bytes]], fre
     if not len(wanted) or not rows:
         return []
     df = {_hash(t): frequencies.get(word, 0.0) for word in query_words for t in words(word)}
-    idf = np.array([max(np.log((count - df[h] + 0.5) / (df[h] + 0.5)), MIN_IDF) * times[h] for h in wanted.tolist()])
+    weight = np.array([idf(count, df[h]) * times[h] for h in wanted.tolist()])
     records = np.frombuffer(b"".join(row[2] for row in rows), dtype=_TERM_RECORD)
     row_of = np.repeat(np.arange(len(rows)), [posting_count(len(row[2])) for row in rows])
     held = np.isin(records["hash"], wanted)
     term = np.searchsorted(wanted, records["hash"][held])
     tf = records["count"][held].astype(np.float64)
     relative = np.array([row[1] for row in rows], dtype=np.float64)[row_of[held]] / max(mean_tokens, 1e-9)
-    scores = np.bincount(row_of[held], idf[term] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * relative)), minlength=len(rows))
+    scores = np.bincount(row_of[held], weight[term] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * relative)), minlength=len(rows))
     ids = np.array([row[0] for row in rows], dtype=np.int64)
     order = np.lexsort((ids, -scores))  # best first, ties by chunk id as FTS5 breaks them
     return [(int(ids[i]), float(scores[i])) for i in order[:k] if scores[i] > 0]

@@ -13,7 +13,7 @@ import zipfile
 import zlib
 from bisect import bisect_left
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html.parser import HTMLParser
 from io import BytesIO
 from typing import Callable
@@ -524,6 +524,22 @@ def is_plain_text(kind: str) -> bool:
     return LOADERS.get(kind, _plain) is _plain
 
 
+_UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # NUL, and lone surrogates (a parser's, never text)
+
+
+def _clean(text: str) -> str:
+    """One character for one: offsets, lines and page starts stay true."""
+    return _UNSTORABLE.sub("\ufffd", text) if _UNSTORABLE.search(text) else text
+
+
+def storable(document: Document) -> Document:
+    """A document every store can hold: PostgreSQL's text refuses NUL, and no UTF-8 encoder takes a
+    lone surrogate, so a byte sequence in one file could fail a team's whole run. Cleaned here, once,
+    for both backends, so they index and skip exactly the same files."""
+    return replace(document, text=_clean(document.text),
+                   headings=tuple((offset, _clean(title)) for offset, title in document.headings))
+
+
 def load(data: bytes, kind: str) -> Document:
     """The file's text, or LoadError with the reason, whatever the bytes.
 
@@ -532,7 +548,7 @@ def load(data: bytes, kind: str) -> Document:
     this net, so such bugs still surface there and get a precise fix.
     """
     try:
-        return LOADERS.get(kind, _plain)(data, kind)
+        return storable(LOADERS.get(kind, _plain)(data, kind))
     except LoadError:
         raise
     except Exception as exc:

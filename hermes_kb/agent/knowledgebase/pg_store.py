@@ -16,6 +16,13 @@ The only module that speaks SQL to the server. Choices:
   nDCG@10 0.587 against 0.691). Without a copy, a generated English tsvector
   with a GIN index finds candidates and BM25 scores them (`keyword`).
 - Every error a user can cause when connecting is one sentence (StoreError).
+- Other roles on the server are not trusted (docs/team.md, "Roles"). Every connection pins
+  `search_path` to `pg_catalog, pg_temp`, and every pgvector type, operator and operator class is
+  written with the extension's schema, so no schema another role can create objects in (one named
+  after this role, `public` on old servers) is ever searched for a name: a teammate's `<=>` cannot
+  run as this role. An index schema is used only when its owner, and the owner of every table in
+  it, is this role or a role this role is a member of (a team role, by design); a schema someone
+  else created under an index's name (squatting) is refused before anything is read or written.
 """
 
 from __future__ import annotations
@@ -33,9 +40,10 @@ import numpy as np
 from . import keyword_cache, vector_cache
 from .chunker import Chunk
 from .embeddings import ModelIdentity
-from .store import CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRow, IndexBusy, StoreCommon, StoreError
+from .store import CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRefused, FileRow, IndexBusy, StoreCommon, StoreError
 
 SCHEMA_PATTERN = r"kb_[a-z0-9_]{1,40}_[0-9a-f]{10}"  # what schema_name makes, nothing else: never `public`
+SAFE_SEARCH_PATH = "pg_catalog, pg_temp"  # set on every connection (module docstring)
 MIN_SERVER = 130000  # PostgreSQL 13: the oldest pgvector 0.7+ supports
 MIN_PGVECTOR = (0, 7, 0)  # halfvec, for the HNSW index
 HNSW = {"m": 16, "ef_construction": 64}
@@ -54,7 +62,7 @@ CREATE TABLE IF NOT EXISTS {s}.chunks(
     ord INTEGER NOT NULL, text TEXT NOT NULL, start_char INTEGER NOT NULL, end_char INTEGER NOT NULL,
     start_line INTEGER NOT NULL, end_line INTEGER NOT NULL, page INTEGER, heading TEXT NOT NULL DEFAULT '',
     content_hash TEXT NOT NULL,
-    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english', heading || ' ' || text)) STORED);
+    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, heading || ' ' || text)) STORED);
 CREATE INDEX IF NOT EXISTS chunks_file ON {s}.chunks(file_id);
 CREATE INDEX IF NOT EXISTS chunks_tsv ON {s}.chunks USING gin(tsv);
 CREATE INDEX IF NOT EXISTS chunks_hash ON {s}.chunks(content_hash);
@@ -130,7 +138,12 @@ def connect(url: str, timeout_s: float = 10.0):
     except psycopg.Error as exc:
         raise _explain_connect(exc, url) from None
     try:
+        # Before anything else runs: no later name can resolve into a schema another role writes.
+        conn.execute("SELECT pg_catalog.set_config('search_path', %s, false)", (SAFE_SEARCH_PATH,))
         check_server(conn, where(url))
+    except psycopg.Error as exc:
+        conn.close()
+        raise StoreError(f"PostgreSQL at {where(url)} refused the first questions of a session ({reason(exc, url)}).") from None
     except BaseException:
         conn.close()
         raise
@@ -152,7 +165,7 @@ def check_server(conn, where: str) -> None:
             raise StoreError(f"The PostgreSQL server at {where} has no pgvector; install it (the postgresql-NN-pgvector "
                              "package or the pgvector/pgvector image), then run `CREATE EXTENSION vector;` in the database.")
         try:
-            conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+            conn.execute("CREATE EXTENSION IF NOT EXISTS vector SCHEMA public")  # never pg_catalog (the path's first)
         except psycopg.Error as exc:
             detail = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise StoreError(f"pgvector is not enabled in the database at {where} and could not be enabled ({detail}); "
@@ -162,6 +175,27 @@ def check_server(conn, where: str) -> None:
     if found < MIN_PGVECTOR:
         raise StoreError(f"pgvector {row[0]} at {where} is too old (halfvec needs 0.7 or later); run "
                          "`ALTER EXTENSION vector UPDATE;` after upgrading the package.")
+
+
+def vector_schema(conn) -> str:
+    """The schema pgvector was installed in: its types and operators are named through it."""
+    row = conn.execute("SELECT n.nspname FROM pg_extension e JOIN pg_namespace n ON n.oid = e.extnamespace "
+                       "WHERE e.extname = 'vector'").fetchone()
+    if row is None:
+        raise StoreError("pgvector was removed from the database while the knowledgebase was using it.")
+    return row[0]
+
+
+def foreign_owner(conn, schema: str) -> str | None:
+    """Who owns this schema, or a table in it, when that is not this role or a role it is a member
+    of (None when every owner is trusted): the test for squatting and foreign objects."""
+    row = conn.execute(
+        "SELECT r.rolname FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner "
+        "WHERE n.nspname = %s AND NOT pg_has_role(current_user, n.nspowner, 'MEMBER') "
+        "UNION ALL SELECT r.rolname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace "
+        "JOIN pg_roles r ON r.oid = c.relowner WHERE n.nspname = %s "
+        "AND NOT pg_has_role(current_user, c.relowner, 'MEMBER') LIMIT 1", (schema, schema)).fetchone()
+    return None if row is None else row[0]
 
 
 class PgIndexStore(StoreCommon):
@@ -175,12 +209,17 @@ class PgIndexStore(StoreCommon):
         if not re.fullmatch(SCHEMA_PATTERN, schema):  # it is spliced into SQL as an identifier
             raise ValueError(f"not a schema name this store creates: {schema!r}")
         self.conn, self.schema, self.path, self.name = conn, schema, path, name or schema
+        self.vec = vector_schema(conn)  # spliced as an identifier: a catalogue name, quoted
+        if '"' in self.vec:
+            raise StoreError(f"pgvector's schema name {self.vec!r} cannot be quoted safely; move the extension.")
         exists = conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone() is not None
         if not exists and not create:
             raise StoreError(f"No index for {self.name} on the server; run `hermes kb index` first.")
-        if not exists:
+        if exists:
+            self._check_owner()
+        else:
             with self.transaction():
-                conn.execute(f'CREATE SCHEMA IF NOT EXISTS "{schema}"')
+                conn.execute(f'CREATE SCHEMA "{schema}"')  # fails if another role created it meanwhile
                 conn.execute(_SCHEMA.format(s=f'"{schema}"'))
                 if self.meta("schema_version") is None:  # the name: other hosts list it as a folder indexed by path
                     self.set_meta(schema_version=SCHEMA_VERSION, created_at=time.time(), name=self.name)
@@ -189,8 +228,22 @@ class PgIndexStore(StoreCommon):
             raise StoreError(f"The index of {self.name} was written by a newer hermes-knowledgebase (schema {written}; "
                              f"this one reads {SCHEMA_VERSION}); upgrade hermes-knowledgebase to use it.")
 
+    def _check_owner(self) -> None:
+        owner = foreign_owner(self.conn, self.schema)
+        if owner is not None:
+            raise StoreError(f"The schema {self.schema} that would hold the index of {self.name} belongs to the role "
+                             f"{owner}, which you are not a member of; nothing was read or written there. Drop it or "
+                             f"ask its owner (docs/team.md, \"Roles\").")
+
     def _t(self, table: str) -> str:
         return f'"{self.schema}".{table}'
+
+    def _v(self, name: str) -> str:
+        """A pgvector type or operator class, named through the extension's schema."""
+        return f'"{self.vec}".{name}'
+
+    def _distance(self) -> str:
+        return f'OPERATOR("{self.vec}".<=>)'
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
@@ -231,7 +284,7 @@ class PgIndexStore(StoreCommon):
     def pin_model(self, identity: ModelIdentity) -> None:
         with self.transaction():  # a reader sees the vector table only with its dimension
             self.conn.execute(f"CREATE TABLE IF NOT EXISTS {self._t('chunk_vec')}(id BIGINT PRIMARY KEY, "
-                              f"embedding vector({int(identity.dim)}) NOT NULL)")
+                              f"embedding {self._v('vector')}({int(identity.dim)}) NOT NULL)")
             self.set_meta(model_id=identity.model_id, model_variant=identity.variant, dimension=identity.dim,
                           vector_ids=VECTOR_IDS)
 
@@ -265,7 +318,18 @@ class PgIndexStore(StoreCommon):
     def write_file(self, path: str, size: int, mtime_ns: int, content_hash: str, kind: str,
                    chunks: Sequence[Chunk], vectors: Sequence[np.ndarray | None] | None,
                    error: str | None = None) -> list[int]:
-        """Replace everything known about one file in one transaction; its chunk ids."""
+        """Replace everything known about one file in one transaction; its chunk ids. Text the server
+        refuses (loaders.storable cleans what is known) is that file's FileRefused, never the run's."""
+        psycopg = driver()
+        try:
+            return self._write_file(path, size, mtime_ns, content_hash, kind, chunks, vectors, error)
+        except (psycopg.DataError, UnicodeEncodeError) as exc:
+            first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise FileRefused(f"PostgreSQL refused its text ({first})") from None
+
+    def _write_file(self, path: str, size: int, mtime_ns: int, content_hash: str, kind: str,
+                    chunks: Sequence[Chunk], vectors: Sequence[np.ndarray | None] | None,
+                    error: str | None) -> list[int]:
         with self.transaction():
             generation = self._bump_generation()
             row = self.conn.execute(f"SELECT id FROM {self._t('files')} WHERE path = %s", (path,)).fetchone()
@@ -346,7 +410,7 @@ class PgIndexStore(StoreCommon):
             return
         dim = int(self.meta("dimension"))
         self.conn.execute(f"CREATE INDEX IF NOT EXISTS chunk_vec_hnsw ON {self._t('chunk_vec')} USING hnsw "
-                          f"((embedding::halfvec({dim})) halfvec_cosine_ops) WITH (m = {HNSW['m']}, "
+                          f"((embedding::{self._v('halfvec')}({dim})) {self._v('halfvec_cosine_ops')}) WITH (m = {HNSW['m']}, "
                           f"ef_construction = {HNSW['ef_construction']})")
 
     def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
@@ -361,8 +425,9 @@ class PgIndexStore(StoreCommon):
             self.conn.execute(f"SET LOCAL hnsw.ef_search = {min(candidates, MAX_EF_SEARCH)}")
             self.conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
             rows = self.conn.execute(
-                f"SELECT id, 1 - (embedding <=> %s::vector) AS score FROM (SELECT id, embedding FROM {self._t('chunk_vec')} "
-                f"ORDER BY embedding::halfvec({dim}) <=> %s::halfvec({dim}) LIMIT %s) AS candidates "
+                f"SELECT id, 1 - (embedding {self._distance()} %s::{self._v('vector')}) AS score FROM (SELECT id, embedding "
+                f"FROM {self._t('chunk_vec')} ORDER BY embedding::{self._v('halfvec')}({dim}) {self._distance()} "
+                f"%s::{self._v('halfvec')}({dim}) LIMIT %s) AS candidates "
                 f"ORDER BY score DESC LIMIT %s", (_literal(query), _literal(query), candidates, 4 * k)).fetchall()
         if not rows:
             return []
@@ -392,7 +457,7 @@ class PgIndexStore(StoreCommon):
 
     def _full_text(self, websearch: str, limit: int, ranked: bool = True) -> list[int]:
         order = "ORDER BY ts_rank(c.tsv, q, 1) DESC, c.id " if ranked else ""
-        rows = self.conn.execute(f"SELECT c.id FROM {self._t('chunks')} c, websearch_to_tsquery('english', %s) q "
+        rows = self.conn.execute(f"SELECT c.id FROM {self._t('chunks')} c, websearch_to_tsquery('english'::regconfig, %s) q "
                                  f"WHERE c.tsv @@ q {order}LIMIT %s", (websearch, limit))
         return [row[0] for row in rows.fetchall()]
 
@@ -400,7 +465,7 @@ class PgIndexStore(StoreCommon):
         """Chunks holding each term, counted by the server's full-text index."""
         if not terms:
             return []
-        sql = "SELECT " + ", ".join(f"(SELECT COUNT(*) FROM {self._t('chunks')} WHERE tsv @@ plainto_tsquery('english', %s))"
+        sql = "SELECT " + ", ".join(f"(SELECT COUNT(*) FROM {self._t('chunks')} WHERE tsv @@ plainto_tsquery('english'::regconfig, %s))"
                                     for _ in terms)
         return [float(n) for n in self.conn.execute(sql, list(terms)).fetchone()]
 
@@ -519,7 +584,8 @@ def index_roots(conn, schemas: Iterable[str]) -> dict[str, dict[str, str]]:
     wanted = [schema for schema in schemas if re.fullmatch(SCHEMA_PATTERN, schema)]  # spliced into SQL below
     present = [row[0] for row in conn.execute(
         "SELECT n.nspname FROM pg_namespace n JOIN pg_class c ON c.relnamespace = n.oid "
-        "WHERE n.nspname = ANY(%s) AND c.relname = 'meta' ORDER BY 1", (wanted,)).fetchall()]
+        "WHERE n.nspname = ANY(%s) AND c.relname = 'meta' AND pg_has_role(current_user, n.nspowner, 'MEMBER') "
+        "AND pg_has_role(current_user, c.relowner, 'MEMBER') ORDER BY 1", (wanted,)).fetchall()]
     found: dict[str, dict[str, str]] = {schema: {} for schema in present}
     if present:
         rows = conn.execute(" UNION ALL ".join(f"SELECT '{schema}', key, value FROM \"{schema}\".meta "

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import fnmatch
 import logging
-import math
 import os
 import re
 from dataclasses import asdict, dataclass, field
@@ -19,7 +18,7 @@ from typing import Callable, Sequence
 import numpy as np
 
 from .chunker import estimate_tokens
-from .keyword_cache import MIN_IDF, KeywordCache
+from .keyword_cache import KeywordCache, idf
 from .store import VEC_MAX_K, IndexStore
 from .vector_cache import VectorCache
 
@@ -196,7 +195,7 @@ def keyword_scale(source: SearchSource, terms: Sequence[str]) -> float:
         count, frequencies = source.keywords.count, source.keywords.document_frequencies(terms)
     else:
         count, frequencies = source.store.chunk_total(), source.store.document_frequencies(terms)
-    return sum(max(math.log((count - n + 0.5) / (n + 0.5)), MIN_IDF) for n in frequencies)
+    return float(np.sum(idf(count, frequencies))) if len(frequencies) else 0.0
 
 
 def affordable_terms(store: IndexStore, terms: list[str], budget: int | None) -> list[str]:

@@ -39,6 +39,14 @@ SECRET_FILES = (
     "id_rsa*", "id_dsa*", "id_ecdsa*", "id_ed25519*", "*.ppk", ".ssh/", ".gnupg/", ".aws/", ".azure/",
     ".docker/config.json", ".kube/config", "credentials", "credentials.json", "*.tfstate", "*.tfstate.backup",
     "*.ovpn", "secrets.y*ml", ".secrets*",
+    # Histories of shells and database clients (what was typed, passwords on command lines included).
+    ".*_history", ".*history", ".history", ".lesshst", ".viminfo",
+    # Client configurations that hold passwords or tokens.
+    ".my.cnf", ".mylogin.cnf", ".s3cfg", ".boto", ".vault-token", ".terraformrc", "terraform.rc", ".dockercfg",
+    ".authinfo*", ".cargo/credentials*", ".gem/credentials", ".config/gcloud/", "application_default_credentials.json",
+    ".config/gh/hosts.yml", ".kube/", "kubeconfig*", "*.kubeconfig", "*.keytab",
+    # Browser and HTTP-client cookie jars.
+    "cookies.txt", "*.cookies", "cookies.sqlite", ".curlrc", ".wgetrc",
 )
 
 MAX_GITIGNORE_BYTES = 1_000_000

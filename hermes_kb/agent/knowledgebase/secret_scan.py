@@ -1,26 +1,43 @@
-"""Keep high-confidence secrets (keys, tokens, credentials in URLs) out of the index.
+"""Keep secrets (keys, tokens, passwords, credentials in URLs and headers) out of the index.
 
-The patterns come from Yelp's detect-secrets, a maintained catalogue. Only its
-detectors that match a secret's own shape are used (cloud access keys,
-private key blocks, tokens with known prefixes, user:password@ URLs); its
-keyword and entropy detectors flag ordinary prose and code far too often to
-run over whole documents.
+Three mechanisms, each measured against a corpus of real shapes and one of
+look-alikes that must survive (tests/knowledgebase/test_secret_scan.py, figures in
+docs/security.md):
+
+- **Shapes**: tokens that announce themselves by a prefix or a structure. The
+  catalogue of Yelp's detect-secrets (cloud keys, GitHub, Slack, Stripe...)
+  plus the shapes it lacks (JWTs, Google, Anthropic, HuggingFace, OpenAI
+  project keys, Vault, DigitalOcean...). Every match is extended to the end of
+  its token, so a key longer than a detector's fixed length is removed whole.
+- **Places**: a secret is where a credential goes, whatever its characters:
+  the password of a URL (`scheme://user:password@host`, any punctuation, no
+  user needed), an `Authorization:` header's credentials, and the value of a
+  key named like a credential (`password=`, `Pwd=` in connection strings,
+  `"refresh_token": "..."`, `token: ...` in a kubeconfig). Values are checked
+  before they are taken: references (`$VAR`, `${{ secrets.X }}`, `<token>`),
+  placeholders, code (`password=password`, `token = get_token()`) and bare
+  numbers (`max_tokens: 512`) are not secrets.
+- **Files** that hold credentials by convention (histories, `.my.cnf`,
+  `.vault-token`, cookies...) are never read: scanner.SECRET_FILES.
+
+detect-secrets' keyword and entropy detectors are not used: over whole
+documents they flag ordinary prose and code far too often.
 
 A secret is overwritten in place with a label of the same length, so every
-offset, line number and page boundary of the document stays true, and what
-is stored, embedded (perhaps by a remote service) or read back never holds it.
+offset, line number and page boundary of the document stays true, and what is
+stored, embedded (perhaps by a remote service) or read back never holds it.
 """
 
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import Callable
 
 import re2
 
 from detect_secrets.plugins.aws import AWSKeyDetector
 from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
-from detect_secrets.plugins.basic_auth import BasicAuthDetector
 from detect_secrets.plugins.discord import DiscordBotTokenDetector
 from detect_secrets.plugins.github_token import GitHubTokenDetector
 from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
@@ -35,12 +52,15 @@ from detect_secrets.plugins.stripe import StripeDetector
 from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
 from detect_secrets.plugins.twilio import TwilioKeyDetector
 
+# BasicAuthDetector is replaced by URL_CREDENTIALS below: it missed passwords with punctuation.
 DETECTORS = (
-    AWSKeyDetector, AzureStorageKeyDetector, BasicAuthDetector, DiscordBotTokenDetector, GitHubTokenDetector,
+    AWSKeyDetector, AzureStorageKeyDetector, DiscordBotTokenDetector, GitHubTokenDetector,
     GitLabTokenDetector, MailchimpDetector, NpmDetector, OpenAIDetector, PypiTokenDetector,
     SendGridDetector, SlackDetector, SquareOAuthDetector, StripeDetector, TelegramBotTokenDetector, TwilioKeyDetector,
 )
 _LOOKAROUND_OR_LONG_REPEAT = re.compile(r"\(\?[!=<]|\{\d*,?\d{4,}\}")
+_TOKEN_CHAR = re.compile(r"[A-Za-z0-9_\-]")
+MIN_SECRET_GROUP = 8  # a capture group this long is the secret itself (not a prefix such as "ghp")
 
 
 def _linear(pattern: re.Pattern):
@@ -53,7 +73,108 @@ def _linear(pattern: re.Pattern):
     return re2.compile(("(?i)" if pattern.flags & re.IGNORECASE else "") + pattern.pattern)
 
 
-_PATTERNS = tuple((detector.secret_type, _linear(pattern)) for detector in DETECTORS for pattern in detector.denylist)
+@dataclass(frozen=True)
+class Detector:
+    kind: str
+    pattern: object  # re2 or re, compiled
+    group: int = -1  # the secret's capture group; -1: the last long one (detect-secrets' convention)
+    whole_token: bool = True  # extend the match to the end of its token
+    accept: Callable[[str, str], bool] | None = None  # (secret, whole match) -> is it one
+
+
+# --- values: what a credential's place holds when it is a secret ----------------------------------
+_REFERENCE = re.compile(r"^(?:\$|%|\{|<|@|#|~|\*+$|\.\.\.|…)")
+_PLACEHOLDER_WORDS = frozenset(
+    "password passwd pass pwd secret token key apikey api_key none null nil true false changeme example redacted "
+    "undefined required optional string str bytes int env self value mypassword yourpassword placeholder hidden "
+    "masked xxx".split())
+_CODE_WORD = re.compile(r"^[A-Za-z_][A-Za-z_.]*$")  # an identifier or attribute chain without digits
+_ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")  # GITHUB_TOKEN: names a variable
+_PLACEHOLDER_HINT = re.compile(r"(?i)your|example|placeholder|dummy|fake|sample|here$|^x{3,}|^\*{3,}")
+
+
+def _plausible(value: str, quoted: bool, min_length: int) -> bool:
+    if len(value) < min_length or _REFERENCE.match(value) or value.lower() in _PLACEHOLDER_WORDS:
+        return False
+    if len(set(value)) <= 2 or _PLACEHOLDER_HINT.search(value) or _ENV_NAME.match(value):
+        return False
+    if value.isdigit() and min_length > 4:
+        return False  # max_tokens: 512
+    if not quoted and _CODE_WORD.match(value):
+        return False  # password=password, token = self.token, api_key: str
+    return True
+
+
+def _password_value(value: str, match: str) -> bool:
+    return _plausible(value.strip("\"'"), value[:1] in "\"'", 4)
+
+
+def _token_value(value: str, match: str) -> bool:
+    bare = value.strip("\"'")
+    if not _plausible(bare, value[:1] in "\"'", 8):
+        return False
+    return bool(re.search(r"\d", bare)) or len(bare) >= 16  # a word is not a token; a long run of letters may be
+
+
+def _credential_value(value: str, match: str) -> bool:
+    """A key=value whose key names a credential: passwords are short and plain, tokens are not."""
+    key = _KEY.match(match).group(1).lower()
+    if _ABOUT_A_CREDENTIAL.search(key):
+        return False
+    return (_password_value if re.search(r"pass|pwd", key) else _token_value)(value, match)
+
+
+def _stated(value: str, match: str) -> bool:
+    """Where only a credential can stand (a URL's password, a header's credentials), anything but a
+    reference or a placeholder is one, however short or plain."""
+    return not (_REFERENCE.match(value) or value.lower() in _PLACEHOLDER_WORDS or _PLACEHOLDER_HINT.search(value))
+
+
+_KEY_NAME = (r"[A-Za-z0-9_.\-]*(?:passw(?:or)?d|passphrase|pwd|secret|api[_\-]?key|apikey|access[_\-]?key|"
+             r"token|credential|private[_\-]?key|key[_\-]?data|auth[_\-]?key|session[_\-]?key|signing[_\-]?key)")
+# A key that names something about a credential, not the credential (password_file, token_count, secret_name).
+_NOT_A_VALUE = (r"(?:name|file|path|env|var|id|field|len|length|count|size|type|prompt|url|uri|dir|hash|policy|"
+                r"regex|pattern|label|header|limit|max|min|timeout|ttl|expiry|expires|usage|kind|mode|format|"
+                r"source|provider|endpoint|scope|style|class|input|ref)s?")
+_KEY = re.compile(r"[^A-Za-z0-9_.\-]*([A-Za-z0-9_.\-]+)")
+_ABOUT_A_CREDENTIAL = re.compile(r"[_\-.]?" + _NOT_A_VALUE + "$")
+_VALUE = r"(\"[^\"\s]{1,300}\"|'[^'\s]{1,300}'|[^\s\"'`,;&(){}\[\]<>|]{1,300})"
+_DETECT_SECRETS = tuple(Detector(d.secret_type, _linear(p)) for d in DETECTORS for p in d.denylist)
+_OWN = (
+    # Places.
+    Detector("URL Credentials", re2.compile(r"(?i)\b[a-z][a-z0-9+.\-]{1,30}://[^\s:@/?#'\"<>]*:([^\s@'\"<>]{1,300})@[\w\[]"),
+             group=1, whole_token=False, accept=_stated),
+    Detector("Authorization Header", re2.compile(r"(?i)\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?"
+                                                 r"(?:basic|bearer|token|digest|negotiate|apikey|key|sso-key)\s+"
+                                                 r"([A-Za-z0-9+/=._~\-:]{1,1000})"),
+             group=1, whole_token=False, accept=_stated),
+    Detector("API Key Header", re2.compile(r"(?i)\bx-(?:api-key|auth-token|access-token|api-token|vault-token)[\"']?"
+                                           r"\s*[:=]\s*[\"']?([A-Za-z0-9+/=._~\-]{1,1000})"),
+             group=1, whole_token=False, accept=_token_value),
+    Detector("Credential", re2.compile(r"(?i)(?:^|[^A-Za-z0-9_.\-])(" + _KEY_NAME + r"(?:[_\-]?[A-Za-z0-9]+)*)[\"']?"
+                                       r"\s*(?:=>|:=|=|:)\s*" + _VALUE),
+             group=2, whole_token=False, accept=_credential_value),
+    # Shapes.
+    Detector("JSON Web Token", re2.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
+    Detector("Google API Key", re2.compile(r"\bAIza[0-9A-Za-z_\-]{35}")),
+    Detector("Google OAuth Secret", re2.compile(r"\bGOCSPX-[0-9A-Za-z_\-]{20,}")),
+    Detector("Google OAuth Token", re2.compile(r"\bya29\.[0-9A-Za-z_\-]{20,}")),
+    Detector("Google Refresh Token", re2.compile(r"\b1//0[0-9A-Za-z_\-]{30,}")),
+    Detector("Anthropic API Key", re2.compile(r"\bsk-ant-[0-9A-Za-z_\-]{20,}")),
+    Detector("OpenAI API Key", re2.compile(r"\bsk-(?:proj|svcacct|admin|None)-[0-9A-Za-z_\-]{20,}")),
+    Detector("HuggingFace Token", re2.compile(r"\b(?:hf|api_org)_[A-Za-z0-9]{30,}")),
+    Detector("Stripe Key", re2.compile(r"\b(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}")),
+    Detector("GitHub Token", re2.compile(r"\bgithub_pat_[A-Za-z0-9_]{30,}")),
+    Detector("Vault Token", re2.compile(r"\bhv[sbr]\.[A-Za-z0-9_\-]{24,}")),
+    Detector("DigitalOcean Token", re2.compile(r"\bdo[opr]_v1_[a-f0-9]{64}")),
+    Detector("Shopify Token", re2.compile(r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}")),
+    Detector("Databricks Token", re2.compile(r"\bdapi[a-f0-9]{32}\b")),
+    Detector("Age Secret Key", re2.compile(r"\bAGE-SECRET-KEY-1[0-9A-Z]{58}")),
+    Detector("Azure SAS Signature", re2.compile(r"(?i)[?&]sig=([A-Za-z0-9%+/=]{20,300})"), group=1, whole_token=False),
+    Detector("AWS Secret Access Key", re2.compile(r"(?i)aws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+]{40})\b"),
+             group=1, whole_token=False),
+)
+DETECTOR_SET = _DETECT_SECRETS + _OWN
 # Private keys are whole blocks, not one token: detect-secrets' PrivateKeyDetector knows them by their
 # first line only. Its headers (PEM of every kind, PGP, SSH2, PuTTY), plus encrypted PKCS#8, each with
 # the line that ends the block; the redaction (and kb_read's line masking) covers header to end.
@@ -63,10 +184,6 @@ KEY_BLOCKS: tuple[tuple[re.Pattern, re.Pattern], ...] = (
     (re.compile(r"PuTTY-User-Key-File-\d+:"), re.compile(r"Private-MAC:[ \t]*[0-9A-Fa-f]*")),
 )
 PRIVATE_KEY = "Private Key"
-# An AWS secret access key beside its name, quoted or not (detect-secrets wants quotes).
-_AWS_SECRET = re2.compile(r"(?i)aws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+]{40})\b")
-_PATTERNS += (("AWS Secret Access Key", _AWS_SECRET),)
-MIN_SECRET_GROUP = 8  # a capture group this long is the secret itself (not a prefix such as "ghp")
 
 
 @dataclass(frozen=True)
@@ -75,31 +192,53 @@ class Redacted:
     found: tuple[str, ...]  # secret types, one per secret removed
 
 
-def _span(match, groups_in_pattern: int) -> tuple[int, int]:
-    groups = [i for i in range(1, groups_in_pattern + 1) if match.group(i)]
+def _span(match, detector: Detector) -> tuple[int, int]:
+    if detector.group >= 0:
+        return match.span(detector.group)
+    groups = [i for i in range(1, detector.pattern.groups + 1) if match.group(i)]
     if groups and len(match.group(groups[-1])) >= MIN_SECRET_GROUP:
         return match.span(groups[-1])
     return match.span(0)
 
 
+def _token_end(text: str, end: int) -> int:
+    """Past the rest of the token: a key longer than its detector's fixed length is removed whole."""
+    limit = min(len(text), end + 4096)
+    while end < limit and _TOKEN_CHAR.match(text, end):
+        end += 1
+    return end
+
+
 def _label(kind: str, original: str) -> str:
-    """Same length as the secret, newlines kept, so offsets and line numbers do not move."""
-    tag = f"[REDACTED {kind}]"
-    filler = (tag + "*" * len(original))[:len(original)] if len(original) >= 10 else "*" * len(original)
+    """Same length as the secret, newlines kept, so offsets and line numbers do not move. The tag is
+    whole or absent (a bracket cut in half reads as text): `[REDACTED kind]`, `[REDACTED]` or stars."""
+    tag = next((t for t in (f"[REDACTED {kind}]", "[REDACTED]") if len(t) <= len(original)), "")
+    filler = tag + "*" * (len(original) - len(tag))
     return "".join("\n" if c == "\n" else f for c, f in zip(original, filler))
 
 
-def redact(text: str) -> Redacted:
+def secret_spans(text: str) -> list[tuple[int, int, str]]:
+    """(start, end, kind) of every secret found, unsorted, possibly overlapping."""
     spans: list[tuple[int, int, str]] = []
-    for kind, pattern in _PATTERNS:
-        for match in pattern.finditer(text):
-            start, end = _span(match, pattern.groups)
-            if end > start:
-                spans.append((start, end, kind))
+    for detector in DETECTOR_SET:
+        for match in detector.pattern.finditer(text):
+            start, end = _span(match, detector)
+            if end <= start:
+                continue
+            if detector.accept is not None and not detector.accept(text[start:end], match.group(0)):
+                continue
+            if detector.group >= 0 and text[start:start + 1] in "\"'" and text[end - 1:end] == text[start]:
+                start, end = start + 1, end - 1  # a quoted value: the quotes stay
+            spans.append((start, _token_end(text, end) if detector.whole_token else end, detector.kind))
     for begin, finish in KEY_BLOCKS:
         for match in begin.finditer(text):
             end = finish.search(text, match.end())
             spans.append((match.start(), end.end() if end else len(text), PRIVATE_KEY))
+    return spans
+
+
+def redact(text: str) -> Redacted:
+    spans = secret_spans(text)
     if not spans:
         return Redacted(text, ())
     spans.sort()

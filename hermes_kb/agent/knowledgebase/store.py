@@ -94,6 +94,10 @@ class DiskFull(StoreError):
     """A write ran out of space; SQLite rolled it back, so the index is as it was."""
 
 
+class FileRefused(StoreError):
+    """The store would not take this one file's rows (rolled back): that file is skipped, the run goes on."""
+
+
 # What SQLite's message says -> (error class, sentence). The sentence gets the directory name and path.
 _FAULTS: tuple[tuple[tuple[str, ...], type[StoreError], str], ...] = (
     (("disk is full", "no space left"), DiskFull,
@@ -527,11 +531,16 @@ class IndexStore(StoreCommon):
         else:
             step = span // DF_SAMPLE_WINDOWS
             windows = [(low + i * step, low + i * step + DF_SAMPLE_ROWS - 1) for i in range(DF_SAMPLE_WINDOWS)]
-        scale = span / sum(end - begin + 1 for begin, end in windows)
+        bounds = [value for window in windows for value in window]
+        # Scaled by the chunks the windows hold, not by their width: ids have holes (deleted files, a
+        # --full run), and a width-based scale gave estimates past the chunk count.
+        sampled = self.conn.execute("SELECT " + " + ".join(f"(SELECT count(*) FROM chunks WHERE id BETWEEN ?{2 * i + 1} "
+                                                           f"AND ?{2 * i + 2})" for i in range(len(windows))), bounds).fetchone()[0]
+        total = self.chunk_total()
+        scale = total / sampled if sampled else 0.0
         sql = "SELECT " + " + ".join(f"(SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?1 AND rowid BETWEEN ?{2 * i + 2} "
                                      f"AND ?{2 * i + 3})" for i in range(len(windows)))
-        bounds = [value for window in windows for value in window]
-        return [self.conn.execute(sql, (fts_query([term]), *bounds)).fetchone()[0] * scale for term in terms]
+        return [min(self.conn.execute(sql, (fts_query([term]), *bounds)).fetchone()[0] * scale, float(total)) for term in terms]
 
     def chunks_without_terms(self, limit: int) -> list[tuple[int, str, str]]:
         """(id, text, heading) of chunks written before chunk_terms existed."""
