@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import math
 import re
 import unicodedata
 from collections import Counter
@@ -42,7 +43,7 @@ def idf(count, frequency):
     """BM25's IDF, floored at MIN_IDF, for a count and document frequencies (scalars or arrays) that
     may come from estimates: a frequency is bounded to [0, count] first, so an estimate past the
     chunk count (sampled id windows over holes), a negative or a NaN one never reaches the log."""
-    count = max(float(count), 0.0)
+    count = float(count) if math.isfinite(float(count)) and count > 0 else 0.0
     frequency = np.clip(np.nan_to_num(np.asarray(frequency, dtype=np.float64), nan=0.0), 0.0, count)
     return np.maximum(np.log((count - frequency + 0.5) / (frequency + 0.5)), MIN_IDF)
 MAX_POSTINGS = 12_000_000  # ~150k chunks of prose; building holds ~50 bytes a posting, so above this FTS5 serves
