@@ -59,7 +59,7 @@ DETECTORS = (
     SendGridDetector, SlackDetector, SquareOAuthDetector, StripeDetector, TelegramBotTokenDetector, TwilioKeyDetector,
 )
 _LOOKAROUND_OR_LONG_REPEAT = re.compile(r"\(\?[!=<]|\{\d*,?\d{4,}\}")
-_TOKEN_CHAR = re.compile(r"[A-Za-z0-9_\-]")
+_TOKEN_CHAR = re.compile(r"[A-Za-z0-9_\-+/=]")  # base64 too: a key data block is one token
 MIN_SECRET_GROUP = 8  # a capture group this long is the secret itself (not a prefix such as "ghp")
 
 
@@ -88,9 +88,10 @@ _PLACEHOLDER_WORDS = frozenset(
     "password passwd pass pwd secret token key apikey api_key none null nil true false changeme example redacted "
     "undefined required optional string str bytes int env self value mypassword yourpassword placeholder hidden "
     "masked xxx".split())
-_CODE_WORD = re.compile(r"^[A-Za-z_][A-Za-z_.]*$")  # an identifier or attribute chain without digits
+_CODE_WORD = re.compile(r"^[A-Za-z_][A-Za-z_.]*$|^[A-Za-z_]\w*(?:\.[A-Za-z_]\w*)+")  # an identifier, an attribute chain
+_PATH = re.compile(r"^(?:/|~/|\./|[A-Za-z]:\\)[\w.\-]+[/\\]")
 _ENV_NAME = re.compile(r"^[A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+$")  # GITHUB_TOKEN: names a variable
-_PLACEHOLDER_HINT = re.compile(r"(?i)your|example|placeholder|dummy|fake|sample|here$|^x{3,}|^\*{3,}")
+_PLACEHOLDER_HINT = re.compile(r"(?i)your|example|placeholder|dummy|fake|sample|here$|^x{3,}|\*{3,}")
 
 
 def _plausible(value: str, quoted: bool, min_length: int) -> bool:
@@ -98,19 +99,21 @@ def _plausible(value: str, quoted: bool, min_length: int) -> bool:
         return False
     if len(set(value)) <= 2 or _PLACEHOLDER_HINT.search(value) or _ENV_NAME.match(value):
         return False
-    if value.isdigit() and min_length > 4:
-        return False  # max_tokens: 512
+    if _PATH.match(value):
+        return False  # PWD: /home/me/project
+    if value.isdigit():
+        return False  # max_tokens: 512, a vocabulary's "password": 20786
     if not quoted and _CODE_WORD.match(value):
         return False  # password=password, token = self.token, api_key: str
     return True
 
 
 def _password_value(value: str, match: str) -> bool:
-    return _plausible(value.strip("\"'"), value[:1] in "\"'", 4)
+    return _plausible(value.lstrip("\"'"), value[:1] in "\"'", 4)
 
 
 def _token_value(value: str, match: str) -> bool:
-    bare = value.strip("\"'")
+    bare = value.lstrip("\"'")
     if not _plausible(bare, value[:1] in "\"'", 8):
         return False
     return bool(re.search(r"\d", bare)) or len(bare) >= 16  # a word is not a token; a long run of letters may be
@@ -119,7 +122,7 @@ def _token_value(value: str, match: str) -> bool:
 def _credential_value(value: str, match: str) -> bool:
     """A key=value whose key names a credential: passwords are short and plain, tokens are not."""
     key = _KEY.match(match).group(1).lower()
-    if _ABOUT_A_CREDENTIAL.search(key):
+    if _ABOUT_A_CREDENTIAL.search(key) or "public" in key:  # publicKeyToken, public_key: published on purpose
         return False
     return (_password_value if re.search(r"pass|pwd", key) else _token_value)(value, match)
 
@@ -138,7 +141,7 @@ _NOT_A_VALUE = (r"(?:name|file|path|env|var|id|field|len|length|count|size|type|
                 r"source|provider|endpoint|scope|style|class|input|ref)s?")
 _KEY = re.compile(r"[^A-Za-z0-9_.\-]*([A-Za-z0-9_.\-]+)")
 _ABOUT_A_CREDENTIAL = re.compile(r"[_\-.]?" + _NOT_A_VALUE + "$")
-_VALUE = r"(\"[^\"\s]{1,300}\"|'[^'\s]{1,300}'|[^\s\"'`,;&(){}\[\]<>|]{1,300})"
+_VALUE = r"([\"']?[^\s\"'`,;&(){}\[\]<>|]{1,200})"  # small repeats keep RE2's DFA small; _token_end goes on
 _DETECT_SECRETS = tuple(Detector(d.secret_type, _linear(p)) for d in DETECTORS for p in d.denylist)
 _OWN = (
     # Places.
@@ -146,14 +149,14 @@ _OWN = (
              group=1, whole_token=False, accept=_stated),
     Detector("Authorization Header", re2.compile(r"(?i)\b(?:proxy-)?authorization[\"']?\s*[:=]\s*[\"']?"
                                                  r"(?:basic|bearer|token|digest|negotiate|apikey|key|sso-key)\s+"
-                                                 r"([A-Za-z0-9+/=._~\-:]{1,1000})"),
-             group=1, whole_token=False, accept=_stated),
+                                                 r"([A-Za-z0-9+/=._~\-:]{1,200})"),
+             group=1, accept=_stated),
     Detector("API Key Header", re2.compile(r"(?i)\bx-(?:api-key|auth-token|access-token|api-token|vault-token)[\"']?"
-                                           r"\s*[:=]\s*[\"']?([A-Za-z0-9+/=._~\-]{1,1000})"),
-             group=1, whole_token=False, accept=_token_value),
-    Detector("Credential", re2.compile(r"(?i)(?:^|[^A-Za-z0-9_.\-])(" + _KEY_NAME + r"(?:[_\-]?[A-Za-z0-9]+)*)[\"']?"
-                                       r"\s*(?:=>|:=|=|:)\s*" + _VALUE),
-             group=2, whole_token=False, accept=_credential_value),
+                                           r"\s*[:=]\s*[\"']?([A-Za-z0-9+/=._~\-]{1,200})"),
+             group=1, accept=_token_value),
+    Detector("Credential", re2.compile(r"(?i)(?:^|[^A-Za-z0-9_.\-])(" + _KEY_NAME + r"s?(?:[_\-][A-Za-z0-9]+)*)[\"']?"
+                                       r"[ \t]*(?:=>|:=|=|:)[ \t]*" + _VALUE),
+             group=2, accept=_credential_value),
     # Shapes.
     Detector("JSON Web Token", re2.compile(r"\beyJ[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}\.[A-Za-z0-9_\-]{8,}")),
     Detector("Google API Key", re2.compile(r"\bAIza[0-9A-Za-z_\-]{35}")),
@@ -227,8 +230,10 @@ def secret_spans(text: str) -> list[tuple[int, int, str]]:
                 continue
             if detector.accept is not None and not detector.accept(text[start:end], match.group(0)):
                 continue
-            if detector.group >= 0 and text[start:start + 1] in "\"'" and text[end - 1:end] == text[start]:
-                start, end = start + 1, end - 1  # a quoted value: the quotes stay
+            if detector.group >= 0 and text[start:start + 1] in "\"'":
+                if text[end:end + 1] != text[start] and end - start <= 200:
+                    continue  # an opening quote not closed after one word: prose ("must be 8 characters")
+                start += 1  # a quoted value: the quotes stay
             spans.append((start, _token_end(text, end) if detector.whole_token else end, detector.kind))
     for begin, finish in KEY_BLOCKS:
         for match in begin.finditer(text):
