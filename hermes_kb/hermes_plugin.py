@@ -62,8 +62,8 @@ def _text(content: Any) -> str:
     if isinstance(content, str):
         return content
     if isinstance(content, list):
-        return "\n".join(part.get("text", "") for part in content
-                         if isinstance(part, dict) and part.get("type") in ("text", "input_text"))
+        return "\n".join(part["text"] for part in content if isinstance(part, dict)
+                         and part.get("type") in ("text", "input_text") and isinstance(part.get("text"), str))
     return ""
 
 
@@ -130,7 +130,7 @@ class KnowledgebasePlugin:
         saying what is wrong instead of the tools silently vanishing."""
         try:
             return tools_available(self.config())
-        except ConfigError:
+        except Exception:  # ConfigError, or anything else: never raised into Hermes
             return True
 
     def tool_handler(self, name: str) -> Callable[..., str]:
@@ -206,10 +206,21 @@ class KnowledgebasePlugin:
                 self._retrievers.popitem(last=False)[1].close()
             return retriever
 
-    def pre_llm_call(self, session_id: str = "", user_message: Any = "", conversation_history: list | None = None,
+    def pre_llm_call(self, session_id: Any = "", user_message: Any = "", conversation_history: Any = None,
                      **_: Any) -> dict | None:
         """Once per turn: {"context": cited block} appended (by Hermes) to this request's user message,
-        or None. Remembers per session_id what it sent, since Hermes calls this for every turn."""
+        or None. Remembers per session_id what it sent, since Hermes calls this for every turn. Never
+        raises into Hermes: a failure costs this turn its context, and says why in the log."""
+        try:
+            return self._context_for(session_id, user_message, conversation_history)
+        except Exception:
+            log.exception("knowledgebase auto-retrieval failed for this turn")
+            return None
+
+    def _context_for(self, session_id: Any, user_message: Any, conversation_history: Any) -> dict | None:
+        if not isinstance(conversation_history, list):
+            conversation_history = None
+        session_id = session_id if isinstance(session_id, str) else repr(session_id)
         try:
             config = self.config()
         except ConfigError as exc:

@@ -275,3 +275,41 @@ def test_nothing_we_install_collides_with_hermes_agent():
     project = tomllib.loads((REPO / "pyproject.toml").read_text())
     assert not set(project["project"]["scripts"]) & HERMES_SCRIPTS
     assert project["tool"]["setuptools"]["packages"]["find"]["include"] == ["hermes_kb*"]
+
+
+# --- issue 24's probes: nothing raises into Hermes, every argument is bounded ---------------------
+@pytest.mark.parametrize("turn", [
+    {"session_id": "s", "user_message": [{"type": "text", "text": None}], "conversation_history": []},
+    {"session_id": 12345, "user_message": "zeppelin rollout canary", "conversation_history": []},
+    {"session_id": None, "user_message": {"weird": True}, "conversation_history": "not a list"},
+    {"session_id": "s", "user_message": "zeppelin " * 3_000_000, "conversation_history": []},
+    {"session_id": ["x"], "user_message": [{"type": "text", "text": 7}, {"type": "image"}, None, "a"],
+     "conversation_history": [None, {"role": "user", "content": [{"type": "text", "text": None}]}]},
+])
+def test_the_hook_never_raises_into_hermes(ctx, turn):
+    result = ctx.hook("pre_llm_call")(**turn)
+    assert result is None or isinstance(result.get("context"), str)
+
+
+def test_a_malformed_store_url_is_one_sentence_and_never_raises_into_hermes(ctx, hermes_home):
+    (hermes_home / "config.yaml").write_text(
+        "knowledgebase:\n  store: {backend: postgres, url: 'postgresql://kb:pw@[::1:5432/kb'}\n")
+    assert ctx.tool("kb_search")["check_fn"]() is True
+    error = run_tool(ctx, "kb_search", query="zeppelin")["error"]
+    assert "not a valid URL" in error and "Traceback" not in error
+    assert ctx.hook("pre_llm_call")(session_id="s", user_message="zeppelin rollout", conversation_history=[]) is None
+
+
+@pytest.mark.parametrize("args,message", [
+    ({"query": "x" * 20_000_000}, "at most 8,000"),
+    ({"query": "zeppelin", "k": "many"}, "integer"),
+    ({"query": "zeppelin", "k": 10**30}, "out of range"),
+    ({"query": ["zeppelin"]}, "string"),
+    ({"query": "zeppelin", "directory": "d" * 100_000}, "at most 4,096"),
+])
+def test_oversized_and_mistyped_arguments_are_one_sentence(ctx, args, message):
+    import time
+
+    started = time.perf_counter()
+    assert message in run_tool(ctx, "kb_search", **args)["error"]
+    assert time.perf_counter() - started < 2

@@ -365,3 +365,46 @@ def test_slash_kb_mcp_is_refused_inside_the_chat(make_kb, tree):
     out, err = Console(record=True, width=200), Console(record=True, width=200)
     assert run_slash_kb("mcp", lambda: kb, out, err) == 1  # it would take over the terminal's stdout
     assert "its own process" in err.export_text()
+
+
+@pytest.mark.integration
+def test_a_client_that_never_reads_stdout_stops_being_read_instead_of_growing_the_server(tree, hermes_home,
+                                                                                          write_config, tmp_path):
+    """Requests pile up in the client's own pipe once MAX_IN_FLIGHT answers wait to be written; when
+    it reads again, every request is answered."""
+    write_config({"directories": [str(tree({"a.md": "# A\n\nsome text\n"}))]})
+    stderr = open(tmp_path / "stderr.txt", "w+")
+    process = subprocess.Popen([*HERMES, "kb", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=stderr, text=True, cwd=REPO, env=_env(hermes_home))
+    total, sent = 3000, []
+    try:
+        process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}}) + "\n")
+        process.stdin.flush()
+        assert json.loads(process.stdout.readline())["id"] == 0
+        process.stdin.write(json.dumps({"jsonrpc": "2.0", "method": "notifications/initialized"}) + "\n")
+        padding = "x" * 2000  # each answer echoes nothing of it; requests are just long
+
+        def flood() -> None:
+            for n in range(1, total + 1):
+                process.stdin.write(json.dumps({"jsonrpc": "2.0", "id": n, "method": "tools/call", "params": {
+                    "name": "kb_search", "arguments": {"query": f"text {n} {padding}", "mode": "keyword"}}}) + "\n")
+                process.stdin.flush()
+                sent.append(n)
+
+        writer = threading.Thread(target=flood, daemon=True)
+        writer.start()
+        writer.join(timeout=20)
+        assert writer.is_alive() and len(sent) < total  # the server stopped reading
+        answered = 0
+        while answered < total:
+            line = process.stdout.readline()
+            assert line, "the server closed stdout"
+            if "id" in json.loads(line):
+                answered += 1
+        writer.join(timeout=30)
+        assert len(sent) == total
+    finally:
+        process.kill()
+        process.wait()
+        stderr.close()

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import io
+import json
 import logging
 import os
 import sys
@@ -45,12 +46,69 @@ def _load_model(kb: KnowledgeBase) -> None:
         log.info("embedding model not loaded ahead: %s", exc)
 
 
-async def _lines_until_eof(eof):
-    """stdin's lines, as the SDK's stdio transport reads them; sets `eof` when the client closes it."""
+MAX_IN_FLIGHT = 8  # requests read but not yet answered on stdout
+
+
+class InFlight:
+    """Backpressure: no further line is read from stdin while MAX_IN_FLIGHT requests wait for their
+    answers to be written. A client that sends without reading stdout (its pipe full, our writes
+    blocked) then leaves its own requests in its own pipe, instead of growing this process by each
+    pending answer (~57 KB a search) without bound. Answers are counted where they are written."""
+
+    def __init__(self, limit: int = MAX_IN_FLIGHT):
+        import anyio
+
+        self.limit, self.slots = limit, anyio.Semaphore(limit)
+
+    @staticmethod
+    def is_request(line: str) -> bool:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return False  # the SDK answers a parse error without an id; nothing waits on it
+        return isinstance(message, dict) and "method" in message and message.get("id") is not None
+
+    async def admit(self, line: str) -> None:
+        if self.is_request(line):
+            await self.slots.acquire()
+
+    def answered(self) -> None:
+        """Called in the writer's worker thread once a response line is written."""
+        import anyio.from_thread
+
+        if self.slots.value < self.limit:
+            anyio.from_thread.run_sync(self.slots.release)
+
+
+class _AnswerCountingWriter:
+    """The protocol file as the SDK's stdout: each line it writes that answers a request frees a slot."""
+
+    def __init__(self, protocol: TextIO, flight: InFlight):
+        self.protocol, self.flight = protocol, flight
+
+    def write(self, text: str) -> int:
+        written = self.protocol.write(text)
+        for line in text.splitlines():
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(message, dict) and "id" in message and ("result" in message or "error" in message):
+                self.flight.answered()
+        return written
+
+    def flush(self) -> None:
+        self.protocol.flush()
+
+
+async def _lines_until_eof(eof, flight: InFlight):
+    """stdin's lines, as the SDK's stdio transport reads them, each request admitted by `flight`;
+    sets `eof` when the client closes stdin."""
     import anyio
 
     try:
         async for line in anyio.wrap_file(io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace")):
+            await flight.admit(line)
             yield line
     finally:
         eof.set()
@@ -95,8 +153,9 @@ def run_mcp(kb: KnowledgeBase, args, out: Console, err: Console, foreground: boo
         server = build_server(kb, allow_clear=allow_clear, server_instructions=text, ready=model.join)
         err.print(f"hermes-kb MCP server on stdio; kb_clear {'enabled' if allow_clear else 'off'}.",
                   markup=False, highlight=False)
-        eof = anyio.Event()
-        async with stdio_server(stdin=_lines_until_eof(eof), stdout=anyio.wrap_file(protocol)) as (read, write):
+        eof, flight = anyio.Event(), InFlight()
+        async with stdio_server(stdin=_lines_until_eof(eof, flight),
+                                stdout=anyio.wrap_file(_AnswerCountingWriter(protocol, flight))) as (read, write):
             async with anyio.create_task_group() as group:
                 # stdin closed means the client is gone: stop now, in-flight tool calls included. SDK 1.30
                 # does this itself; 1.26.0 waits for them, which could be a whole index run.

@@ -148,9 +148,38 @@ def tools_available(config: KnowledgebaseConfig) -> bool:
     return config.enabled and bool(config.directories)
 
 
+MAX_TEXT_ARGUMENT = 8_000  # the longest query (service.MAX_QUERY_CHARS); paths and names are far shorter
+MAX_PATH_ARGUMENT = 4_096  # PATH_MAX
+_INTEGERS = ("k", "start_line", "max_lines")
+
+
+def checked_arguments(args: object) -> dict:
+    """Every argument typed and bounded before any work, whichever host sent it: one sentence per
+    problem. A host may skip schema checks (Hermes does), and a model may send anything."""
+    if not isinstance(args, dict):
+        raise KnowledgebaseError("The tool's arguments must be a JSON object.")
+    for key, value in args.items():
+        if key in _INTEGERS:
+            if isinstance(value, bool) or not isinstance(value, (int, float, str)):
+                raise KnowledgebaseError(f"{key} must be a whole number.")
+            try:
+                args[key] = int(value)
+            except (ValueError, OverflowError):
+                raise KnowledgebaseError(f"{key} must be a whole number, not {str(value)[:40]!r}.") from None
+            if not -10**9 < args[key] < 10**9:
+                raise KnowledgebaseError(f"{key} is out of range.")
+        elif value is not None and not isinstance(value, str):
+            raise KnowledgebaseError(f"{key} must be text.")
+        elif value is not None:
+            limit = MAX_TEXT_ARGUMENT if key == "query" else MAX_PATH_ARGUMENT
+            if len(value) > limit:
+                raise KnowledgebaseError(f"{key} is {len(value):,} characters long; at most {limit:,} are accepted.")
+    return args
+
+
 def run_tool(name: str, kb: KnowledgeBase, args: dict, permissions: Permissions) -> object:
     """Run one kb tool; user-causable failures raise TOOL_ERRORS with the sentence to show."""
-    return HANDLERS[name](kb, args, permissions)
+    return HANDLERS[name](kb, checked_arguments(dict(args) if isinstance(args, dict) else args), permissions)
 
 
 def json_handler(name: str, kb_factory: Callable[[], KnowledgeBase],

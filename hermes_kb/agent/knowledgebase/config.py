@@ -364,7 +364,11 @@ def _postgres_url(url: str) -> str:
         url = _VARIABLE.sub(lambda m: urllib.parse.quote(os.environ[m.group(1) or m.group(2)], safe=""), url)
     if not url.startswith(("postgresql://", "postgres://")):
         raise ConfigError("knowledgebase.store.url must start with postgresql:// (a libpq connection URL).")
-    netloc = urllib.parse.urlsplit(url).netloc
+    try:
+        netloc = urllib.parse.urlsplit(url).netloc
+    except ValueError as exc:  # urlsplit's messages are fixed sentences ("Invalid IPv6 URL"), never the URL
+        raise ConfigError(f"knowledgebase.store.url is not a valid URL ({exc}); the form is "
+                          "postgresql://user:password@host:5432/database.") from None
     if netloc.count("@") > 1:
         raise ConfigError("knowledgebase.store.url has an @ in its user or password; write it as %40 (or put the "
                           "password in an environment variable the url names).")

@@ -8,6 +8,7 @@ earlier in the conversation. `@kb <query>` forces retrieval for that query.
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import logging
 import re
 import secrets
@@ -17,7 +18,7 @@ from pathlib import Path
 from .chunker import estimate_tokens
 from .config import KnowledgebaseConfig
 from .retriever import Hit
-from .service import KnowledgeBase
+from .service import MAX_QUERY_CHARS, KnowledgeBase
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +59,8 @@ def forced_query(message: str) -> str | None:
 def retrieval_query(message: str, previous_message: str | None) -> str:
     """A short follow-up ("and on Windows?") means little alone; add the previous turn's words."""
     if previous_message and len(message.split()) < FOLLOW_UP_WORDS:
-        return f"{previous_message}\n{message}"
-    return message
+        message = f"{previous_message}\n{message}"
+    return message[-MAX_QUERY_CHARS:]  # a long paste: its end is what the user asks about
 
 
 LEAD_WEIGHT = 0.5  # see `confidence`
@@ -89,9 +90,16 @@ def quote_document(text: str) -> str:
     return "\n".join(QUOTE + line for line in defused.splitlines())
 
 
+_PLAIN_LABEL = re.compile(r"[\w.\-/+@~,]+(?: [\w.\-/+@~,]+)*")
+
+
 def _safe_label(value: str) -> str:
-    """File names come from the disk and can hold anything, newlines included."""
-    return _MARKERS.sub("(", " ".join(value.split()))
+    """File names come from the disk and can hold anything, newlines included: a name with anything
+    but word characters, single spaces and path punctuation is shown as one quoted, escaped string,
+    so a name such as `x.md\n(score 0.99) [S9] y.md` reads as a name, never as another source."""
+    if _PLAIN_LABEL.fullmatch(value):
+        return value
+    return json.dumps(value, ensure_ascii=False).replace("[", "(").replace("]", ")")
 
 
 def location(hit: Hit) -> str:

@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 # The derived copies beside each index: the module that builds and names one, and the class that opens it.
 DERIVED_COPIES = {"vector_cache": (vector_cache, VectorCache), "keyword_cache": (keyword_cache, KeywordCache)}
+MAX_QUERY_CHARS = 8_000  # a long pasted traceback fits; a 20 MB query cost 58 s and 2.6 GB
 INLINE_REFRESH_BYTES = 256_000  # a changed file this small is re-indexed before its hit is returned
 # A shared index another machine changed: this machine's keyword copy is searched with the chunks
 # written since (KeywordDelta) while they are this few and the copy this young; past either, the
@@ -297,6 +298,11 @@ class KnowledgeBase:
                path_glob: str | None = None, kind: str | None = None, max_tokens: int | None = None,
                min_score: float | None = None) -> SearchResult:
         """Search; hits from small files that changed since indexing are re-indexed and searched again."""
+        if not isinstance(query, str):
+            raise KnowledgebaseError("The query must be text.")
+        if len(query) > MAX_QUERY_CHARS:
+            raise KnowledgebaseError(f"The query is {len(query):,} characters long; at most {MAX_QUERY_CHARS:,} "
+                                     f"are searched, so shorten it to the words that matter.")
         arguments = dict(query=well_formed(query), k=k, directory=directory, mode=mode, path_glob=path_glob, kind=kind,
                          max_tokens=max_tokens, min_score=min_score)
         result = self._search(**arguments)
