@@ -7,7 +7,7 @@ from hermes_kb.agent.knowledgebase.chunker import chunk_document
 from hermes_kb.agent.knowledgebase.config import ChunkingConfig
 from hermes_kb.agent.knowledgebase.indexer import ModelMismatchError
 from hermes_kb.agent.knowledgebase.loaders import Document
-from hermes_kb.agent.knowledgebase.store import IndexStore
+from hermes_kb.agent.knowledgebase.store import fts_query, IndexStore
 from hermes_kb.agent.knowledgebase.vector_cache import VectorCache
 
 from ..conftest import StubEmbedder
@@ -28,7 +28,7 @@ def store_rows(kb, name="docs", terms=("risotto", "pancakes", "4271")):
             "chunks": conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0],
             "fts": conn.execute("SELECT COUNT(*) FROM chunks_fts_docsize").fetchone()[0],
             "vec": conn.execute("SELECT COUNT(*) FROM chunk_vec").fetchone()[0],
-            "fts_hits": {term: conn.execute("SELECT COUNT(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (term,)).fetchone()[0]
+            "fts_hits": {term: conn.execute("SELECT COUNT(*) FROM chunks_fts WHERE chunks_fts MATCH ?", (fts_query([term]),)).fetchone()[0]
                          for term in terms},
         }
 

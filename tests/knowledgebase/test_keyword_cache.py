@@ -3,7 +3,8 @@ import pytest
 
 from hermes_kb.agent.knowledgebase import keyword_cache, vector_cache
 from hermes_kb.agent.knowledgebase.chunker import Chunk
-from hermes_kb.agent.knowledgebase.keyword_cache import KeywordCache, cache_path, read_generation, words
+from hermes_kb.agent.knowledgebase.analysis import index_tokens, tokens
+from hermes_kb.agent.knowledgebase.keyword_cache import KeywordCache, cache_path, read_generation
 from hermes_kb.agent.knowledgebase.retriever import query_terms
 from hermes_kb.agent.knowledgebase.store import IndexStore, remove_index
 
@@ -36,8 +37,8 @@ def test_words_are_the_terms_fts5_stores(tmp_path):
         fill(store, [(TEXT, "")])
         store.conn.execute("CREATE VIRTUAL TABLE vocabulary USING fts5vocab(chunks_fts, row)")
         stored = {term for (term,) in store.conn.execute("SELECT term FROM vocabulary")}
-    assert set(words(TEXT)) == stored
-    assert words("Café foo_bar RUNNING 3D") == ["cafe", "foo", "bar", "run", "3d"]
+    assert set(index_tokens(TEXT)[0]) == stored
+    assert tokens("Café foo_bar RUNNING 3D") == ["cafe", "foo", "bar", "run", "3d"]
 
 
 def test_the_cache_ranks_exactly_as_fts5_bm25(tmp_path):

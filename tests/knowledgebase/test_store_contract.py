@@ -310,9 +310,10 @@ def test_an_old_server_or_pgvector_is_named_with_what_is_needed():
 
 def test_a_schema_from_a_newer_version_is_refused(pg_store, postgres_url):
     from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect
+    from hermes_kb.agent.knowledgebase.store import SCHEMA_VERSION
 
     pg_store.set_meta(schema_version=99)
-    with pytest.raises(StoreError, match=r"written by a newer hermes-knowledgebase \(schema 99; this one reads 1\)"):
+    with pytest.raises(StoreError, match=rf"written by a newer hermes-knowledgebase \(schema 99; this one reads {SCHEMA_VERSION}\)"):
         PgIndexStore(connect(postgres_url), pg_store.schema, pg_store.path, name="team-docs")
 
 

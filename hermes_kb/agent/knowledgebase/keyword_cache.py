@@ -19,11 +19,8 @@ allocate gigabytes; a damaged copy is refused like a stale one.
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import math
-import re
-import unicodedata
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,7 +28,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import derived_file
+from . import analysis, derived_file
 from .derived_file import replacing, write_header
 
 MAGIC = b"HERMESKBKEY2\n"  # 2: checksums
@@ -47,22 +44,6 @@ def idf(count, frequency):
     frequency = np.clip(np.nan_to_num(np.asarray(frequency, dtype=np.float64), nan=0.0), 0.0, count)
     return np.maximum(np.log((count - frequency + 0.5) / (frequency + 0.5)), MIN_IDF)
 MAX_POSTINGS = 12_000_000  # ~150k chunks of prose; building holds ~50 bytes a posting, so above this FTS5 serves
-_WORD = re.compile(r"[^\W_]+")  # unicode61: letters and digits are word characters, everything else separates
-
-
-@functools.lru_cache(maxsize=1)
-def _stemmer():
-    import Stemmer
-
-    return Stemmer.Stemmer("porter")
-
-
-def words(text: str) -> list[str]:
-    """FTS5's `porter unicode61 remove_diacritics 2` tokenizer in Python: folded, split, stemmed."""
-    text = text.lower()
-    if not text.isascii():
-        text = "".join(c for c in unicodedata.normalize("NFKD", text) if not unicodedata.combining(c))
-    return _stemmer().stemWords(_WORD.findall(text))
 
 
 def _hash(term: str) -> int:
@@ -70,23 +51,46 @@ def _hash(term: str) -> int:
     return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=8).digest(), "little")
 
 
-def _stems(text: str) -> np.ndarray:
-    """The distinct term hashes of `text`, sorted: how it is looked up in a copy."""
-    return np.array(sorted({_hash(t) for t in words(text)}), dtype=np.uint64)
+Languages = Sequence[str]  # the Latin-script stemmers an index's chunks were stemmed in (analysis.languages_of)
+
+
+def _stems(text: str, languages: Languages) -> np.ndarray:
+    """The distinct term hashes of `text` as a query (analysis.query_terms), sorted: how it is looked up."""
+    return np.array(sorted({_hash(t) for t in analysis.query_terms(text, languages)}), dtype=np.uint64)
+
+
+def _query_counts(query_words: Sequence[str], languages: Languages) -> Counter:
+    """Term hash -> how many query words have it. Words sharing a stem ("cell", "cells") count once
+    each, as FTS5 scores each OR-ed phrase; a word's alternative stems (one per language) once."""
+    return Counter(h for word in query_words for h in {_hash(t) for t in analysis.query_terms(word, languages)})
 
 
 # One packed record per distinct term of a chunk: records of all chunks concatenate into one array.
 _TERM_RECORD = np.dtype([("hash", "<u8"), ("count", "<u2")])
 
 
-def chunk_terms(text: str, heading: str) -> tuple[int, bytes]:
+def pack_terms(text_terms: Sequence[str], heading_terms: Sequence[str]) -> tuple[int, bytes]:
     """(tokens in the chunk, packed term records) over both FTS columns, weighted 1 each as in FTS5."""
-    counts = Counter(words(text))
-    counts.update(words(heading))
+    counts = Counter(text_terms)
+    counts.update(heading_terms)
     records = np.empty(len(counts), dtype=_TERM_RECORD)
     records["hash"] = np.fromiter((_hash(t) for t in counts), dtype=np.uint64, count=len(counts))
     records["count"] = np.minimum(np.fromiter(counts.values(), dtype=np.int64, count=len(counts)), 65535)
     return sum(counts.values()), records.tobytes()
+
+
+def term_hashes(packed: bytes) -> list[int]:
+    """The term hashes of packed records, as signed 64-bit integers (what PostgreSQL's bigint holds)."""
+    return np.frombuffer(packed, dtype=_TERM_RECORD)["hash"].astype(np.int64).tolist()
+
+
+def query_hashes(terms: Sequence[str]) -> list[int]:
+    """Terms' hashes as term_hashes writes them."""
+    return np.array([_hash(t) for t in terms], dtype=np.uint64).astype(np.int64).tolist()
+
+
+def chunk_terms(text: str, heading: str) -> tuple[int, bytes]:
+    return pack_terms(*analysis.index_tokens(text, heading)[:2])
 
 
 def posting_count(packed_bytes: int) -> int:
@@ -177,14 +181,14 @@ def _write(path: Path, generation: str, postings: _Postings) -> None:
 
 
 def bm25(query_words: Sequence[str], rows: Sequence[tuple[int, int, bytes]], frequencies: dict[str, float],
-         count: int, mean_tokens: float, k: int) -> list[tuple[int, float]]:
+         count: int, mean_tokens: float, k: int, languages: Languages = (analysis.ENGLISH,)) -> list[tuple[int, float]]:
     """(chunk id, bm25), best first, of the given chunks' term rows: the score a copy would give them,
     from document frequencies counted elsewhere (`frequencies`, by query word)."""
-    times = Counter(_hash(t) for word in query_words for t in words(word))
+    times = _query_counts(query_words, languages)
     wanted = np.array(sorted(times), dtype=np.uint64)
     if not len(wanted) or not rows:
         return []
-    df = {_hash(t): frequencies.get(word, 0.0) for word in query_words for t in words(word)}
+    df = {_hash(t): frequencies.get(word, 0.0) for word in query_words for t in analysis.query_terms(word, languages)}
     weight = np.array([idf(count, df[h]) * times[h] for h in wanted.tolist()])
     records = np.frombuffer(b"".join(row[2] for row in rows), dtype=_TERM_RECORD)
     row_of = np.repeat(np.arange(len(rows)), [posting_count(len(row[2])) for row in rows])
@@ -304,11 +308,11 @@ class KeywordCache:
         positions = np.minimum(np.searchsorted(self.hashes, wanted), len(self.hashes) - 1)
         return positions, self.hashes[positions] == wanted
 
-    def document_frequencies(self, query_words: Sequence[str]) -> list[float]:
+    def document_frequencies(self, query_words: Sequence[str], languages: Languages = (analysis.ENGLISH,)) -> list[float]:
         """Chunks holding each word (its stems' posting lists), exact; 0 for a word the index lacks."""
         frequencies = []
         for word in query_words:
-            stems = _stems(word)
+            stems = _stems(word, languages)
             if not len(stems) or not len(self.hashes):
                 frequencies.append(0.0)
                 continue
@@ -317,35 +321,39 @@ class KeywordCache:
             frequencies.append(float(max((self.offsets[p + 1] - self.offsets[p] for p in found), default=0)))
         return frequencies
 
-    def holders_of_all_terms(self, text: str, limit: int, longest: int = 20_000) -> list[int] | None:
-        """Ids of the chunks holding every term of `text`, which include every chunk holding `text`.
+    def holders_of_all_terms(self, text: str, limit: int, languages: Languages = (analysis.ENGLISH,),
+                             longest: int = 20_000) -> list[int] | None:
+        """Ids of the chunks holding every word of `text` (a term of each analysis.query_groups group),
+        which include every chunk holding `text`.
 
-        Posting lists are intersected from the rarest up, skipping lists longer than `longest` (a
-        superset is still right). [] when a term occurs nowhere; None when `text` has no terms or more
+        Posting lists are intersected from the rarest word up, skipping lists longer than `longest` (a
+        superset is still right). [] when a word occurs nowhere; None when `text` has no terms or more
         than `limit` chunks remain (the caller asks FTS5 for the phrase instead)."""
-        stems = _stems(text)
-        if not len(stems):
+        groups = analysis.query_groups(text, languages)
+        if not groups:
             return None
         if not len(self.hashes):
             return []
-        positions, present = self._locate(stems)
-        if not present.all():
-            return []
+        lists = []
+        for group in groups:
+            positions, present = self._locate(np.array(sorted({_hash(t) for t in group}), dtype=np.uint64))
+            if not present.any():
+                return []
+            spans = [(int(self.offsets[p]), int(self.offsets[p + 1])) for p in positions[present]]
+            lists.append((sum(end - begin for begin, end in spans), spans))
         held = None
-        for position in positions[np.argsort(self.offsets[positions + 1] - self.offsets[positions], kind="stable")]:
-            begin, end = int(self.offsets[position]), int(self.offsets[position + 1])
-            if end - begin > longest or (held is not None and len(held) <= limit):
+        for size, spans in sorted(lists, key=lambda item: item[0]):
+            if size > longest or (held is not None and len(held) <= limit):
                 break
-            rows = self.rows[begin:end]  # one posting per chunk and term: unique already
+            rows = np.unique(np.concatenate([self.rows[begin:end] for begin, end in spans]))
             held = rows if held is None else np.intersect1d(held, rows, assume_unique=True)
         if held is None or len(held) > limit:
             return None
         return self.ids[held].tolist()
 
-    def search(self, query_words: Sequence[str], k: int) -> list[tuple[int, float]]:
+    def search(self, query_words: Sequence[str], k: int, languages: Languages = (analysis.ENGLISH,)) -> list[tuple[int, float]]:
         """(chunk id, bm25), best first: the ranking FTS5 gives an OR of the same words."""
-        # Words sharing a stem ("cell", "cells") count once each, as FTS5 scores each OR-ed phrase.
-        times = Counter(_hash(t) for word in query_words for t in words(word))
+        times = _query_counts(query_words, languages)
         wanted = np.array(sorted(times), dtype=np.uint64)
         if not len(wanted) or not len(self.hashes) or k < 1:
             return []
@@ -380,24 +388,25 @@ class KeywordDelta:
         self.generation, self.count = copy.generation, copy.count
         self._mean_tokens = float(copy.tokens.mean()) if copy.count else 1.0
 
-    def document_frequencies(self, query_words: Sequence[str]) -> list[float]:
-        return self.copy.document_frequencies(query_words)
+    def document_frequencies(self, query_words: Sequence[str], languages: Languages = (analysis.ENGLISH,)) -> list[float]:
+        return self.copy.document_frequencies(query_words, languages)
 
-    def search(self, query_words: Sequence[str], k: int) -> list[tuple[int, float]]:
+    def search(self, query_words: Sequence[str], k: int, languages: Languages = (analysis.ENGLISH,)) -> list[tuple[int, float]]:
         # The copy is asked for more: chunks deleted since it was built still hold places in its ranking.
-        older = self._alive(self.copy.search(query_words, k + self.gone))
-        newer = bm25(query_words, self.rows, dict(zip(query_words, self.document_frequencies(query_words))),
-                     self.count, self._mean_tokens, k)
+        older = self._alive(self.copy.search(query_words, k + self.gone, languages))
+        newer = bm25(query_words, self.rows, dict(zip(query_words, self.document_frequencies(query_words, languages))),
+                     self.count, self._mean_tokens, k, languages)
         return sorted([*older, *newer], key=lambda pair: (-pair[1], pair[0]))[:k]
 
-    def holders_of_all_terms(self, text: str, limit: int) -> list[int] | None:
-        held = self.copy.holders_of_all_terms(text, limit + self.gone)
+    def holders_of_all_terms(self, text: str, limit: int, languages: Languages = (analysis.ENGLISH,)) -> list[int] | None:
+        held = self.copy.holders_of_all_terms(text, limit + self.gone, languages)
         if held is None:
             return None
         held = [chunk_id for chunk_id, _ in self._alive([(chunk_id, 0.0) for chunk_id in held])]
-        stems = set(_stems(text).tolist())
+        groups = [{_hash(t) for t in group} for group in analysis.query_groups(text, languages)]
         held = held + [chunk_id for chunk_id, _, packed in self.rows
-                       if stems <= set(np.frombuffer(packed, dtype=_TERM_RECORD)["hash"].tolist())]
+                       if all(group & terms for terms in [set(np.frombuffer(packed, dtype=_TERM_RECORD)["hash"].tolist())]
+                              for group in groups)]
         return held if len(held) <= limit else None
 
     def _alive(self, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:

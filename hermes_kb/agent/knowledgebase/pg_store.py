@@ -10,11 +10,12 @@ The only module that speaks SQL to the server. Choices:
   window as in SQLite; the HNSW index is a halfvec expression index (42% smaller,
   same recall on our data) built after a bulk load (`build_vector_index`),
   since HNSW inserts row by row cost ~2.5 ms each.
-- Keyword scores: the same stemmed, hashed terms per chunk as SQLite's
-  `chunk_terms`, so the BM25 keyword copy (keyword_cache) is built from either
-  store and ranks identically; Postgres's ts_rank is not BM25 (SciFact keyword
-  nDCG@10 0.587 against 0.691). Without a copy, a generated English tsvector
-  with a GIN index finds candidates and BM25 scores them (`keyword`).
+- Keyword scores: the same analysed, hashed terms per chunk as SQLite's
+  `chunk_terms` (analysis.py), so the BM25 keyword copy (keyword_cache) is built
+  from either store and ranks identically; Postgres's ts_rank is not BM25
+  (SciFact keyword nDCG@10 0.587 against 0.691), and its text search
+  configurations are one language each. Without a copy, a GIN index over each
+  chunk's term hashes finds candidates and BM25 scores them (`keyword`).
 - Every error a user can cause when connecting is one sentence (StoreError).
 - Other roles on the server are not trusted (docs/team.md, "Roles"). Every connection pins
   `search_path` to `pg_catalog, pg_temp`, and every pgvector type, operator and operator class is
@@ -37,7 +38,7 @@ from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
-from . import keyword_cache, vector_cache
+from . import analysis, keyword_cache, vector_cache
 from .chunker import Chunk
 from .embeddings import ModelIdentity
 from .store import CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRefused, FileRow, IndexBusy, StoreCommon, StoreError
@@ -47,7 +48,7 @@ SAFE_SEARCH_PATH = "pg_catalog, pg_temp"  # set on every connection (module docs
 MIN_SERVER = 130000  # PostgreSQL 13: the oldest pgvector 0.7+ supports
 MIN_PGVECTOR = (0, 7, 0)  # halfvec, for the HNSW index
 HNSW = {"m": 16, "ef_construction": 64}
-KEYWORD_CANDIDATES = 1000  # chunks the server's full-text index hands to BM25 when no keyword copy is current
+KEYWORD_CANDIDATES = 1000  # chunks the server's term index hands to BM25 when no keyword copy is current
 MAX_EF_SEARCH = 1000  # pgvector's limit
 EF_SEARCH = 400  # candidates; 100k chunks (benchmarks/pg_store.py): recall@10 0.910 at 100, 0.954 at 200, 0.975 at 400 (p50 4.7 ms)
 
@@ -61,15 +62,20 @@ CREATE TABLE IF NOT EXISTS {s}.chunks(
     id BIGSERIAL PRIMARY KEY, file_id BIGINT NOT NULL REFERENCES {s}.files(id) ON DELETE CASCADE,
     ord INTEGER NOT NULL, text TEXT NOT NULL, start_char INTEGER NOT NULL, end_char INTEGER NOT NULL,
     start_line INTEGER NOT NULL, end_line INTEGER NOT NULL, page INTEGER, heading TEXT NOT NULL DEFAULT '',
-    content_hash TEXT NOT NULL,
-    tsv tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, heading || ' ' || text)) STORED);
+    content_hash TEXT NOT NULL);
 CREATE INDEX IF NOT EXISTS chunks_file ON {s}.chunks(file_id);
-CREATE INDEX IF NOT EXISTS chunks_tsv ON {s}.chunks USING gin(tsv);
 CREATE INDEX IF NOT EXISTS chunks_hash ON {s}.chunks(content_hash);
 CREATE TABLE IF NOT EXISTS {s}.chunk_terms(
     chunk_id BIGINT PRIMARY KEY REFERENCES {s}.chunks(id) ON DELETE CASCADE,
     tokens INTEGER NOT NULL, terms BYTEA NOT NULL, written BIGINT NOT NULL);
 CREATE INDEX IF NOT EXISTS chunk_terms_written ON {s}.chunk_terms(written);
+"""
+# Schema 2: each chunk's term hashes as an array with a GIN index, the server's keyword index (the one
+# analyzer's terms, so it finds what the copy finds); schema 1's English tsvector goes.
+_ANALYSED = """
+ALTER TABLE {s}.chunks DROP COLUMN IF EXISTS tsv;
+ALTER TABLE {s}.chunk_terms ADD COLUMN IF NOT EXISTS hashes BIGINT[] NOT NULL DEFAULT '{{}}';
+CREATE INDEX IF NOT EXISTS chunk_terms_hashes ON {s}.chunk_terms USING gin(hashes);
 """
 
 
@@ -220,13 +226,45 @@ class PgIndexStore(StoreCommon):
         else:
             with self.transaction():
                 conn.execute(f'CREATE SCHEMA "{schema}"')  # fails if another role created it meanwhile
-                conn.execute(_SCHEMA.format(s=f'"{schema}"'))
+                conn.execute(_SCHEMA.format(s=f'"{schema}"') + _ANALYSED.format(s=f'"{schema}"'))
                 if self.meta("schema_version") is None:  # the name: other hosts list it as a folder indexed by path
-                    self.set_meta(schema_version=SCHEMA_VERSION, created_at=time.time(), name=self.name)
+                    self.set_meta(schema_version=SCHEMA_VERSION, created_at=time.time(), name=self.name,
+                                  analyzer=analysis.ANALYZER)
         written = int(self.meta("schema_version") or SCHEMA_VERSION)
         if written > SCHEMA_VERSION:
             raise StoreError(f"The index of {self.name} was written by a newer hermes-knowledgebase (schema {written}; "
                              f"this one reads {SCHEMA_VERSION}); upgrade hermes-knowledgebase to use it.")
+        if self.meta("analyzer") != analysis.ANALYZER:
+            self.reanalyse()
+
+    def reanalyse(self) -> int:
+        """Every chunk's terms made again from its stored text with this analyzer, in one transaction
+        (vectors untouched: nothing is re-embedded); the server's keyword index with them."""
+        psycopg = driver()
+        try:
+            with self.transaction():
+                self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.schema + ":analysis"),))
+                if self.meta("analyzer") == analysis.ANALYZER:
+                    return 0  # another host did it while this one waited
+                self.conn.execute(_ANALYSED.format(s=f'"{self.schema}"'))
+                self.conn.execute(f"DELETE FROM {self._t('chunk_terms')}")
+                generation = self._bump_generation()
+                self.conn.execute(f"DELETE FROM {self._t('meta')} WHERE key = 'languages'")
+                rows = self.conn.execute(f"SELECT id, text, heading FROM {self._t('chunks')} ORDER BY id").fetchall()
+                used: set[str] = set()
+                with self.conn.cursor() as cursor, cursor.copy(
+                        f"COPY {self._t('chunk_terms')}(chunk_id, tokens, terms, written, hashes) FROM STDIN") as copy:
+                    for chunk_id, text, heading in rows:
+                        text_terms, heading_terms, latin = analysis.index_tokens(text, heading)
+                        used.add(latin)
+                        copy.write_row(_term_row(chunk_id, text_terms, heading_terms, generation))
+                self._record_languages(used)
+                self.set_meta(schema_version=SCHEMA_VERSION, analyzer=analysis.ANALYZER)
+        except psycopg.errors.InsufficientPrivilege:
+            raise StoreError(f"The index of {self.name} was written by an older hermes-knowledgebase and needs its "
+                             f"keyword terms made again, which its owner's next `hermes kb index` does (this role may "
+                             f"not write it).") from None
+        return len(rows)
 
     def _check_owner(self) -> None:
         owner = foreign_owner(self.conn, self.schema)
@@ -353,9 +391,13 @@ class PgIndexStore(StoreCommon):
                     for ord_, (chunk_id, chunk) in enumerate(zip(ids, chunks)):
                         copy.write_row((chunk_id, file_id, ord_, chunk.text, chunk.start_char, chunk.end_char,
                                         chunk.start_line, chunk.end_line, chunk.page, chunk.heading, chunk.content_hash))
-                with cursor.copy(f"COPY {self._t('chunk_terms')}(chunk_id, tokens, terms, written) FROM STDIN") as copy:
+                used: set[str] = set()
+                with cursor.copy(f"COPY {self._t('chunk_terms')}(chunk_id, tokens, terms, written, hashes) FROM STDIN") as copy:
                     for chunk_id, chunk in zip(ids, chunks):
-                        copy.write_row((chunk_id, *keyword_cache.chunk_terms(chunk.text, chunk.heading), generation))
+                        text_terms, heading_terms, latin = analysis.index_tokens(chunk.text, chunk.heading)
+                        used.add(latin)
+                        copy.write_row(_term_row(chunk_id, text_terms, heading_terms, generation))
+            self._record_languages(used)
             if vectors is not None:
                 self._insert_vectors({chunk_id: v for chunk_id, v in zip(ids, vectors) if v is not None})
         return ids
@@ -437,37 +479,52 @@ class PgIndexStore(StoreCommon):
     # --- keywords: the BM25 copy is built from chunk_terms, as from SQLite's; searched here only
     # when no current copy can be had (a reader while another host writes, an index past its size)
     def keyword(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """(chunk id, bm25), best first: the server's full-text index finds the chunks holding any term
-        (its English stemmer), and they are scored with BM25 from their own terms, as a copy would."""
-        terms = list(terms)
-        if not terms:
+        """(chunk id, bm25), best first: the GIN index of term hashes finds the chunks holding the
+        query's rarest terms (up to KEYWORD_CANDIDATES), scored with BM25 from their own terms, as a
+        copy would score them."""
+        words = list(terms)
+        if not words:
             return []
-        found = self._full_text(" or ".join(f'"{term}"' for term in terms), KEYWORD_CANDIDATES)
-        if not found:
+        languages = self.latin_languages()
+        frequencies = self._term_frequencies(keyword_cache.query_hashes(analysis.query_terms(" ".join(words), languages)))
+        wanted, total = [], 0
+        for term_hash, df in sorted(frequencies.items(), key=lambda item: item[1]):
+            if df and (not wanted or total + df <= 4 * KEYWORD_CANDIDATES):
+                wanted.append(term_hash)
+                total += df
+        if not wanted:
             return []
+        found = [row[0] for row in self.conn.execute(
+            f"SELECT chunk_id FROM {self._t('chunk_terms')} WHERE hashes && %s::bigint[] LIMIT %s",
+            (wanted, KEYWORD_CANDIDATES)).fetchall()]
         count, mean_tokens = self.conn.execute(f"SELECT COUNT(*), COALESCE(AVG(tokens), 0) FROM {self._t('chunk_terms')}").fetchone()
-        frequencies = dict(zip(terms, self.document_frequencies(terms)))
-        return keyword_cache.bm25(terms, self.terms_of(found), frequencies, count, float(mean_tokens), k)
+        return keyword_cache.bm25(words, self.terms_of(found), dict(zip(words, self.document_frequencies(words))),
+                                  count, float(mean_tokens), k, languages)
 
     def keyword_phrase(self, literal: str, k: int) -> list[tuple[int, float]]:
-        """Up to k chunks holding the literal's words in order; unranked (the caller checks their text),
-        so the server stops at k instead of ranking every chunk holding its commonest words."""
-        found = self._full_text('"' + literal.replace('"', " ") + '"', k, ranked=False)
-        return [(chunk_id, 1.0) for chunk_id in found]
+        """Up to k chunks holding a term of each of the literal's words; unranked (the caller checks
+        their text for the literal itself)."""
+        groups = [keyword_cache.query_hashes(group) for group in analysis.query_groups(literal, self.latin_languages())]
+        if not groups:
+            return []
+        where = " AND ".join("hashes && %s::bigint[]" for _ in groups)
+        rows = self.conn.execute(f"SELECT chunk_id FROM {self._t('chunk_terms')} WHERE {where} LIMIT %s", (*groups, k))
+        return [(row[0], 1.0) for row in rows.fetchall()]
 
-    def _full_text(self, websearch: str, limit: int, ranked: bool = True) -> list[int]:
-        order = "ORDER BY ts_rank(c.tsv, q, 1) DESC, c.id " if ranked else ""
-        rows = self.conn.execute(f"SELECT c.id FROM {self._t('chunks')} c, websearch_to_tsquery('english'::regconfig, %s) q "
-                                 f"WHERE c.tsv @@ q {order}LIMIT %s", (websearch, limit))
-        return [row[0] for row in rows.fetchall()]
+    def _term_frequencies(self, hashes: Sequence[int]) -> dict[int, int]:
+        """Chunks holding each term hash, counted with the GIN index."""
+        if not hashes:
+            return {}
+        rows = self.conn.execute(f"SELECT h, (SELECT COUNT(*) FROM {self._t('chunk_terms')} WHERE hashes @> ARRAY[h]) "
+                                 f"FROM unnest(%s::bigint[]) AS h", (list(dict.fromkeys(hashes)),)).fetchall()
+        return {int(h): int(n) for h, n in rows}
 
     def document_frequencies(self, terms: Sequence[str]) -> list[float]:
-        """Chunks holding each term, counted by the server's full-text index."""
-        if not terms:
-            return []
-        sql = "SELECT " + ", ".join(f"(SELECT COUNT(*) FROM {self._t('chunks')} WHERE tsv @@ plainto_tsquery('english'::regconfig, %s))"
-                                    for _ in terms)
-        return [float(n) for n in self.conn.execute(sql, list(terms)).fetchone()]
+        """Chunks holding each query word: its most frequent term, as a copy counts it."""
+        languages = self.latin_languages()
+        per_word = [keyword_cache.query_hashes(analysis.query_terms(word, languages)) for word in terms]
+        frequencies = self._term_frequencies([h for hashes in per_word for h in hashes])
+        return [float(max((frequencies.get(h, 0) for h in hashes), default=0)) for hashes in per_word]
 
     def chunk_total(self) -> int:
         return self.conn.execute(f"SELECT COUNT(*) FROM {self._t('chunks')}").fetchone()[0]
@@ -480,9 +537,10 @@ class PgIndexStore(StoreCommon):
     def save_terms(self, rows: Sequence[tuple[int, int, bytes]]) -> None:
         with self.transaction(), self.conn.cursor() as cursor:
             written = int(self.meta("generation") or 0)
-            cursor.executemany(f"INSERT INTO {self._t('chunk_terms')}(chunk_id, tokens, terms, written) VALUES (%s,%s,%s,%s) "
-                               "ON CONFLICT(chunk_id) DO UPDATE SET tokens = excluded.tokens, terms = excluded.terms, "
-                               "written = excluded.written", [(*row, written) for row in rows])
+            cursor.executemany(f"INSERT INTO {self._t('chunk_terms')}(chunk_id, tokens, terms, written, hashes) "
+                               "VALUES (%s,%s,%s,%s,%s) ON CONFLICT(chunk_id) DO UPDATE SET tokens = excluded.tokens, "
+                               "terms = excluded.terms, written = excluded.written, hashes = excluded.hashes",
+                               [(*row, written, keyword_cache.term_hashes(row[2])) for row in rows])
 
     def term_totals(self) -> tuple[int, int]:
         count, size = self.conn.execute(f"SELECT COUNT(*), COALESCE(SUM(length(terms)), 0) FROM {self._t('chunk_terms')}").fetchone()
@@ -624,6 +682,12 @@ def advisory_lock(conn, schema: str, name: str, wait: bool = True, on_wait=None)
         yield
     finally:
         conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
+
+
+def _term_row(chunk_id: int, text_terms: list[str], heading_terms: list[str], written: int) -> tuple:
+    """A chunk_terms row: packed records for BM25, their hashes for the GIN index."""
+    tokens, packed = keyword_cache.pack_terms(text_terms, heading_terms)
+    return chunk_id, tokens, packed, written, keyword_cache.term_hashes(packed)
 
 
 def _literal(vector: np.ndarray) -> str:

@@ -8,6 +8,7 @@ compares like with like instead of treating "not in the other top-k" as zero.
 from __future__ import annotations
 
 import fnmatch
+import functools
 import logging
 import os
 import re
@@ -17,6 +18,7 @@ from typing import Callable, Sequence
 
 import numpy as np
 
+from . import analysis
 from .chunker import estimate_tokens
 from .keyword_cache import KeywordCache, idf
 from .store import VEC_MAX_K, IndexStore
@@ -54,6 +56,11 @@ class SearchSource:
     vector_refusal: str | None = None
     vectors: VectorCache | None = None  # the store's vectors, memory-mapped, when the copy is current
     keywords: KeywordCache | None = None  # its terms' posting lists, likewise
+
+    @functools.cached_property
+    def languages(self) -> tuple[str, ...]:
+        """The stemmers its chunks' Latin-script words were stemmed with (analysis): read once a search."""
+        return self.store.latin_languages()
 
     @property
     def key(self) -> Path:
@@ -120,8 +127,9 @@ s t d ll m re ve
 
 
 def query_terms(query: str) -> list[str]:
-    """Distinct lower-cased words, stopwords dropped unless nothing else is left ("to be or not to be")."""
-    terms = list(dict.fromkeys(t.lower() for t in _TERM.findall(query)))
+    """Distinct words as the analyzer segments them (a run of Han text is one word, a Hindi word keeps
+    its vowel signs), stopwords dropped unless nothing else is left ("to be or not to be")."""
+    terms = list(dict.fromkeys(analysis.surface_words(query)))
     return [t for t in terms if t not in STOPWORDS] or terms
 
 
@@ -192,7 +200,7 @@ def keyword_scale(source: SearchSource, terms: Sequence[str]) -> float:
     index outranked the answers of another and weak keyword matches pulled good vector hits down.
     """
     if source.keywords is not None:
-        count, frequencies = source.keywords.count, source.keywords.document_frequencies(terms)
+        count, frequencies = source.keywords.count, source.keywords.document_frequencies(terms, source.languages)
     else:
         count, frequencies = source.store.chunk_total(), source.store.document_frequencies(terms)
     return float(np.sum(idf(count, frequencies))) if len(frequencies) else 0.0
@@ -256,7 +264,7 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
         # but they give vector candidates their bm25 without a second search.
         depth = max(pool, KEYWORD_SCORE_DEPTH) if options.mode == "hybrid" else pool
         if source.keywords:
-            keyword_scores = source.keywords.search(searched, depth)
+            keyword_scores = source.keywords.search(searched, depth, source.languages)
         else:
             keyword_scores = source.store.keyword(affordable_terms(source.store, searched, options.keyword_row_budget), depth)
         for rank, (chunk_id, score) in enumerate(keyword_scores[:pool]):
@@ -292,7 +300,7 @@ def _mark_exact(source: SearchSource, query: str, by_id: dict[int, _Candidate], 
     text is checked directly: the same chunks FTS5 would return, without its phrase query, which walks
     the posting lists of every word of a long query (1.1 ms of 2.8 at 100k chunks)."""
     for literal in literals(query):
-        ids = source.keywords.holders_of_all_terms(literal, EXACT_DEPTH) if source.keywords else None
+        ids = source.keywords.holders_of_all_terms(literal, EXACT_DEPTH, source.languages) if source.keywords else None
         if ids is None:
             ids = [chunk_id for chunk_id, _ in source.store.keyword_phrase(literal, EXACT_DEPTH)]
         for chunk_id, row in source.store.chunks(ids).items():

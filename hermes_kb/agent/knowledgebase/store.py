@@ -21,13 +21,15 @@ from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from . import keyword_cache, vector_cache
+from . import analysis, keyword_cache, vector_cache
 from .chunker import Chunk
 from .embeddings import ModelIdentity
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: chunks_fts and chunk_terms hold analysis.py's terms (an older index is re-analysed)
+FTS_TABLE = ("CREATE VIRTUAL TABLE chunks_fts USING fts5(text, heading, content='', contentless_delete=1, "
+             "tokenize='ascii')")
 VEC_MAX_K = 4096  # sqlite-vec refuses larger k
 WINDOW_BITS = vector_cache.WINDOW_BITS
 WINDOW_SLOTS = 1 << WINDOW_BITS
@@ -62,15 +64,9 @@ CREATE TABLE IF NOT EXISTS chunks(
 );
 CREATE INDEX IF NOT EXISTS chunks_file ON chunks(file_id);
 CREATE INDEX IF NOT EXISTS chunks_hash ON chunks(content_hash);
-CREATE VIRTUAL TABLE IF NOT EXISTS chunks_fts USING fts5(
-    text, heading, content='chunks', content_rowid='id', tokenize='porter unicode61 remove_diacritics 2'
-);
-CREATE TRIGGER IF NOT EXISTS chunks_ai AFTER INSERT ON chunks BEGIN
-    INSERT INTO chunks_fts(rowid, text, heading) VALUES (new.id, new.text, new.heading);
-END;
-CREATE TRIGGER IF NOT EXISTS chunks_ad AFTER DELETE ON chunks BEGIN
-    INSERT INTO chunks_fts(chunks_fts, rowid, text, heading) VALUES ('delete', old.id, old.text, old.heading);
-END;
+-- Each chunk's terms as analysis.py makes them, space-separated: FTS5 only splits them again (its
+-- ascii tokenizer keeps every non-ASCII character in a token), so FTS5, the keyword copy, PostgreSQL
+-- and the query all use one analyzer. Contentless: the text lives in chunks; rows go with their chunks.
 -- Each chunk's stemmed terms, hashed and counted (see keyword_cache): the keyword copy is sorted from these.
 -- `written` is the generation that wrote the row, so a rebuild can merge in only what is newer than its copy.
 CREATE TABLE IF NOT EXISTS chunk_terms(
@@ -200,14 +196,19 @@ CHUNK_COLUMNS = ("c.id, f.path, f.kind, c.ord, c.text, c.start_line, c.end_line,
                  "f.size, f.mtime_ns")
 
 
-def fts_query(terms: Sequence[str]) -> str | None:
-    """Every term quoted and OR-ed: user punctuation, AND, NEAR or `*` are never FTS syntax."""
+def fts_query(words: Sequence[str], languages: Sequence[str] = (analysis.ENGLISH,)) -> str | None:
+    """Every term of the query words (analysis.query_terms) quoted and OR-ed: user punctuation, AND,
+    NEAR or `*` are never FTS syntax (terms are letters and digits only). A term two words share
+    ("cell", "cells") is OR-ed once per word, so it weighs twice, as in the keyword copy."""
+    terms = [t for word in words for t in analysis.query_terms(word, languages)]
     return " OR ".join(f'"{t}"' for t in terms) if terms else None
 
 
-def fts_phrase(literal: str) -> str:
-    """FTS5 tokenizes a quoted string into a phrase: its words, in order, next to each other."""
-    return '"' + literal.replace('"', '""') + '"'
+def fts_phrase(literal: str, languages: Sequence[str] = (analysis.ENGLISH,)) -> str | None:
+    """Chunks holding a term of each of the literal's words (analysis.query_groups); the caller checks
+    the text itself for the literal, so word order and punctuation are checked there."""
+    groups = analysis.query_groups(literal, languages)
+    return " AND ".join("(" + " OR ".join(f'"{t}"' for t in group) + ")" for group in groups) if groups else None
 
 
 def _blob(vector: np.ndarray) -> bytes:
@@ -271,6 +272,17 @@ class StoreCommon:
             self._delete_paths(paths)
         return len(paths)
 
+    def latin_languages(self) -> tuple[str, ...]:
+        """The stemmers this index's Latin-script words were stemmed with: a query is stemmed in each."""
+        return analysis.languages_of(self.meta("languages"))
+
+    def _record_languages(self, used: Iterable[str]) -> None:
+        """Inside a writing transaction: add languages its chunks were stemmed in (never removed: an
+        extra language only adds a query alternative)."""
+        known = set((self.meta("languages") or "").split(",")) - {""}
+        if not set(used) <= known:
+            self.set_meta(languages=",".join(sorted(known | set(used))))
+
     def local_bytes(self) -> int:
         """What this machine keeps of the index on disk: the file and its companions (the copies)."""
         return sum(p.stat().st_size for p in companion_paths(self.path) if p.exists())
@@ -302,9 +314,46 @@ class IndexStore(StoreCommon):
                 self.conn.execute(f"PRAGMA {pragma}")
             self.conn.executescript(_SCHEMA)
             if self.meta("schema_version") is None:
-                self.set_meta(schema_version=SCHEMA_VERSION, created_at=time.time())
+                with self.transaction():
+                    self.conn.execute(FTS_TABLE)
+                    self.set_meta(schema_version=SCHEMA_VERSION, created_at=time.time(), analyzer=analysis.ANALYZER)
+            written = int(self.meta("schema_version"))
+            if written > SCHEMA_VERSION:
+                raise StoreError(f"The index of {name} ({path}) was written by a newer hermes-knowledgebase (schema "
+                                 f"{written}; this one reads {SCHEMA_VERSION}); upgrade hermes-knowledgebase to use it.")
+            if self.meta("analyzer") != analysis.ANALYZER:
+                self.reanalyse()
         except module.DatabaseError as exc:
             raise explain(exc, path, name) from None
+
+    def reanalyse(self) -> int:
+        """Every chunk's keyword terms made again from its stored text with this analyzer (an index
+        written by another one), in one transaction: FTS5 and chunk_terms; vectors and files are not
+        touched, so nothing is re-embedded or re-read. The keyword copy follows (a new generation)."""
+        with self.transaction():
+            if self.meta("analyzer") == analysis.ANALYZER:
+                return 0  # another process did it while this one waited for the lock
+            for trigger in ("chunks_ai", "chunks_ad"):  # schema 1 fed FTS5 from triggers
+                self.conn.execute(f"DROP TRIGGER IF EXISTS {trigger}")
+            self.conn.execute("DROP TABLE IF EXISTS chunks_fts")
+            self.conn.execute(FTS_TABLE)
+            self.conn.execute("DELETE FROM chunk_terms")
+            generation = self._bump_generation()
+            done, used = 0, set()
+            self.conn.execute("DELETE FROM meta WHERE key = 'languages'")
+            rows = self.conn.execute("SELECT id, text, heading FROM chunks ORDER BY id").fetchall()
+            for begin in range(0, len(rows), 1000):
+                batch = [(chunk_id, *analysis.index_tokens(text, heading)) for chunk_id, text, heading in rows[begin:begin + 1000]]
+                self.conn.executemany("INSERT INTO chunks_fts(rowid, text, heading) VALUES (?, ?, ?)",
+                                      [(chunk_id, " ".join(t), " ".join(h)) for chunk_id, t, h, _ in batch])
+                self.conn.executemany("INSERT INTO chunk_terms(chunk_id, tokens, terms, written) VALUES (?, ?, ?, ?)",
+                                      [(chunk_id, *keyword_cache.pack_terms(t, h), generation) for chunk_id, t, h, _ in batch])
+                used.update(latin for *_, latin in batch)
+                done += len(batch)
+            self._record_languages(used)
+            self.set_meta(schema_version=SCHEMA_VERSION, analyzer=analysis.ANALYZER)
+        log.info("re-analysed %d chunks of %s for %s", done, self.path, analysis.ANALYZER)
+        return done
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
@@ -385,6 +434,7 @@ class IndexStore(StoreCommon):
             self.conn.execute(f"WITH RECURSIVE window(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM window WHERE n < {WINDOW_SLOTS - 1}) "
                               f"DELETE FROM chunk_vec WHERE rowid IN (SELECT (c.id << {WINDOW_BITS}) + window.n FROM chunks c, window "
                               f"WHERE c.file_id IN ({marks}))", file_ids)
+        self.conn.execute(f"DELETE FROM chunks_fts WHERE rowid IN (SELECT id FROM chunks WHERE file_id IN ({marks}))", file_ids)
         self.conn.execute(f"DELETE FROM chunks WHERE file_id IN ({marks})", file_ids)
 
     def write_file(self, path: str, size: int, mtime_ns: int, content_hash: str, kind: str,
@@ -406,6 +456,7 @@ class IndexStore(StoreCommon):
                     "INSERT INTO files(path, size, mtime_ns, content_hash, kind, chunk_count, indexed_at, error) VALUES (?,?,?,?,?,?,?,?)",
                     (path, size, mtime_ns, content_hash, kind, len(chunks), time.time(), error)).lastrowid
             ids: list[int] = []
+            used: set[str] = set()
             for ord_, chunk in enumerate(chunks):
                 chunk_id = self.conn.execute(
                     "INSERT INTO chunks(file_id, ord, text, start_char, end_char, start_line, end_line, page, heading, content_hash) "
@@ -413,10 +464,15 @@ class IndexStore(StoreCommon):
                     (file_id, ord_, chunk.text, chunk.start_char, chunk.end_char, chunk.start_line, chunk.end_line,
                      chunk.page, chunk.heading, chunk.content_hash)).lastrowid
                 ids.append(chunk_id)
+                text_terms, heading_terms, latin = analysis.index_tokens(chunk.text, chunk.heading)
+                used.add(latin)
+                self.conn.execute("INSERT INTO chunks_fts(rowid, text, heading) VALUES (?, ?, ?)",
+                                  (chunk_id, " ".join(text_terms), " ".join(heading_terms)))
                 self.conn.execute("INSERT INTO chunk_terms(chunk_id, tokens, terms, written) VALUES (?, ?, ?, ?)",
-                                  (chunk_id, *keyword_cache.chunk_terms(chunk.text, chunk.heading), generation))
+                                  (chunk_id, *keyword_cache.pack_terms(text_terms, heading_terms), generation))
                 if vectors is not None and vectors[ord_] is not None:
                     self._insert_vectors({chunk_id: vectors[ord_]})
+            self._record_languages(used)
         return ids
 
     def _insert_vectors(self, vectors: dict[int, np.ndarray]) -> None:
@@ -499,11 +555,11 @@ class IndexStore(StoreCommon):
     # --- keywords -----------------------------------------------------------------------
     def keyword(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
         """(chunk id, positive bm25 score), best first, of chunks holding any of the terms."""
-        return self._match(fts_query(terms), k)
+        return self._match(fts_query(terms, self.latin_languages()), k)
 
     def keyword_phrase(self, literal: str, k: int) -> list[tuple[int, float]]:
         """Chunks holding the literal's words in order, next to each other (punctuation aside)."""
-        return self._match(fts_phrase(literal), k)
+        return self._match(fts_phrase(literal, self.latin_languages()), k)
 
     def _match(self, match: str | None, k: int) -> list[tuple[int, float]]:
         if not match:
@@ -540,7 +596,9 @@ class IndexStore(StoreCommon):
         scale = total / sampled if sampled else 0.0
         sql = "SELECT " + " + ".join(f"(SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?1 AND rowid BETWEEN ?{2 * i + 2} "
                                      f"AND ?{2 * i + 3})" for i in range(len(windows)))
-        return [min(self.conn.execute(sql, (fts_query([term]), *bounds)).fetchone()[0] * scale, float(total)) for term in terms]
+        languages = self.latin_languages()
+        return [min(self.conn.execute(sql, (fts_query([term], languages), *bounds)).fetchone()[0] * scale, float(total))
+                for term in terms]
 
     def chunks_without_terms(self, limit: int) -> list[tuple[int, str, str]]:
         """(id, text, heading) of chunks written before chunk_terms existed."""

@@ -1,0 +1,194 @@
+"""One text analyzer for every keyword path: the keyword copy, FTS5, PostgreSQL and the query.
+
+Like Lucene's `Analyzer`, a tokenizer and a chain of filters, the same at index
+and at query time:
+
+1. **Normalise**: NFKC (full-width letters, ligatures, half-width kana) and
+   case folding (`ß` -> `ss`, final sigma).
+2. **Segment by script.** Scripts written with spaces give words (letters,
+   combining marks and digits together: `हिंदी` is one word, not four
+   pieces cut at its vowel signs). Han, Hiragana, Katakana and Hangul, written
+   without spaces, give overlapping character bigrams (Lucene's
+   `CJKBigramFilter`: `数据库迁移` -> `数据 据库 库迁 迁移`); Thai, Lao,
+   Khmer and Myanmar give bigrams of grapheme clusters (a consonant with its
+   vowel signs and tone marks), so no mark is ever split from its letter. A
+   run of one character or cluster is its own term.
+3. **Fold** Latin diacritics (`café` -> `cafe`, as FTS5's unicode61 did) and
+   Arabic harakat and tatweel; other scripts keep their marks.
+4. **Stem** with Snowball (PyStemmer), by script where the script names the
+   language (Cyrillic: Russian; Arabic script: Arabic; Greek; Devanagari:
+   Hindi; Tamil; Armenian) and, for Latin script, by the chunk's language
+   (`chunk_language`, py3langid restricted to the Latin-script languages
+   Snowball stems; English keeps the original Porter stemmer the index
+   always used).
+
+Index side and query side agree by construction: each index records the
+languages its chunks were stemmed in, and a query word's terms are its stems
+in each of them (`query_groups`), so whichever language a chunk was detected
+as, its term is among them; every other script is analysed identically on
+both sides. (Stemming the query in every language instead cost Spanish
+keyword nDCG@10 0.014: other languages' stems collide with the index's words.) Changing anything here changes
+`ANALYZER`, which is part of each index's signature: an index written with
+another analyzer is re-analysed from its stored chunk text (never re-embedded).
+"""
+
+from __future__ import annotations
+
+import functools
+import unicodedata
+from collections.abc import Iterable
+
+import regex
+
+ANALYZER = "kb-analyzer-2"
+ENGLISH = "porter"  # what every index used before languages: English scores stay as they were
+
+_SEGMENTED = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\u3005\u30fc\u309d\u309e\u30fd\u30fe"
+_CLUSTERED = r"\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}"
+_TOKEN = regex.compile(
+    rf"(?P<cjk>[{_SEGMENTED}]+)|(?P<sea>[{_CLUSTERED}]+)|(?P<word>[[\p{{L}}\p{{M}}\p{{N}}]--[{_SEGMENTED}{_CLUSTERED}]]+)",
+    regex.V1)
+_ASCII_WORD = regex.compile(r"[a-z0-9]+")
+_ARABIC_MARKS = regex.compile(r"[\u0640\u064b-\u065f\u0670\u06d6-\u06ed]")  # tatweel, harakat, Quranic marks
+_LATIN_MARKS = regex.compile(r"(?<=\p{Latin})\p{Mn}+")
+
+# The script of a word's first letter -> its Snowball stemmer; Latin is the chunk's language.
+_SCRIPT_STEMMERS = (
+    (regex.compile(r"\p{Cyrillic}"), "russian"), (regex.compile(r"\p{Arabic}"), "arabic"),
+    (regex.compile(r"\p{Greek}"), "greek"), (regex.compile(r"\p{Devanagari}"), "hindi"),
+    (regex.compile(r"\p{Tamil}"), "tamil"), (regex.compile(r"\p{Armenian}"), "armenian"),
+)
+_LATIN = regex.compile(r"[\p{Latin}\p{N}]")
+# py3langid's code -> Snowball's name, for the languages written in Latin script that Snowball stems.
+LATIN_LANGUAGES = {
+    "en": ENGLISH, "de": "german", "es": "spanish", "fr": "french", "it": "italian", "pt": "portuguese",
+    "nl": "dutch", "sv": "swedish", "no": "norwegian", "da": "danish", "fi": "finnish", "hu": "hungarian",
+    "ro": "romanian", "tr": "turkish", "id": "indonesian", "ca": "catalan", "eu": "basque", "cs": "czech",
+    "pl": "polish", "lt": "lithuanian", "et": "estonian", "ga": "irish",
+}
+MIN_DETECTED_LETTERS = 40  # shorter Latin text is too little evidence for a language: English (Porter)
+MIN_CONFIDENCE = 0.9  # py3langid's probability needed to stem a chunk as other than English
+
+
+@functools.lru_cache(maxsize=None)
+def _stemmer(name: str):
+    import Stemmer
+
+    return Stemmer.Stemmer(name)
+
+
+@functools.lru_cache(maxsize=1)
+def _identifier():
+    """py3langid's model (~1 s to load, 0.5 ms a chunk), restricted to LATIN_LANGUAGES."""
+    from py3langid.langid import MODEL_FILE, LanguageIdentifier
+
+    identifier = LanguageIdentifier.from_model_file(MODEL_FILE, norm_probs=True)
+    identifier.set_languages(list(LATIN_LANGUAGES))
+    return identifier
+
+
+def chunk_language(text: str) -> str:
+    """The Snowball stemmer for this text's Latin-script words: English unless the detector is sure."""
+    sample = text[:2000]
+    if sum(1 for _ in _LATIN.finditer(sample)) < MIN_DETECTED_LETTERS:
+        return ENGLISH
+    code, probability = _identifier().classify(sample)
+    return LATIN_LANGUAGES.get(code, ENGLISH) if probability >= MIN_CONFIDENCE else ENGLISH
+
+
+def _bigrams(units: list[str]) -> list[str]:
+    return units if len(units) < 2 else [a + b for a, b in zip(units, units[1:])]
+
+
+def _fold(word: str) -> str:
+    if word.isascii():
+        return word
+    if _ARABIC_MARKS.search(word):
+        word = _ARABIC_MARKS.sub("", word)
+    decomposed = unicodedata.normalize("NFD", word)
+    if _LATIN_MARKS.search(decomposed):
+        word = unicodedata.normalize("NFC", _LATIN_MARKS.sub("", decomposed))
+    return word
+
+
+def _script_stemmer(word: str, latin: str) -> str | None:
+    for pattern, name in _SCRIPT_STEMMERS:
+        if pattern.match(word):
+            return name
+    return latin if _LATIN.match(word) else None
+
+
+def tokens(text: str, latin: str = ENGLISH) -> list[str]:
+    """The terms of `text` in order (phrases and FTS5 need the order); Latin words stemmed as `latin`."""
+    text = unicodedata.normalize("NFKC", text).casefold() if not text.isascii() else text.lower()
+    if text.isascii():  # most code and English prose: one regex, one C stemming call
+        return _stemmer(latin).stemWords(_ASCII_WORD.findall(text))
+    out: list[str] = []
+    pending: dict[str, list[int]] = {}  # stemmer -> positions in `out` of words it stems
+    for match in _TOKEN.finditer(text):
+        kind, run = match.lastgroup, match.group()
+        if kind == "cjk":
+            out.extend(_bigrams(list(run)))
+        elif kind == "sea":
+            out.extend(_bigrams(regex.findall(r"\X", run)))
+        else:
+            word = _fold(run)
+            stemmer = _script_stemmer(word, latin)
+            if stemmer is not None:
+                pending.setdefault(stemmer, []).append(len(out))
+            out.append(word)
+    for stemmer, positions in pending.items():
+        for position, stem in zip(positions, _stemmer(stemmer).stemWords([out[p] for p in positions])):
+            out[position] = stem
+    return out
+
+
+def surface_words(text: str) -> list[str]:
+    """What a user typed as words, before bigrams and stems: `数据库迁移`, `हिंदी`, `divide_line` -> divide, line."""
+    text = unicodedata.normalize("NFKC", text).casefold() if not text.isascii() else text.lower()
+    return [match.group() for match in _TOKEN.finditer(text)]
+
+
+def query_groups(text: str, languages: Iterable[str] = (ENGLISH,)) -> list[list[str]]:
+    """What a chunk must hold to hold `text`: one group per word, the chunk holding at least one
+    term of each. A Latin-script word's group is its stems under each of `languages` (the languages
+    an index's chunks were stemmed in: whichever a chunk was detected as, its term is among them);
+    a word of any other script has its one term, and each bigram of a CJK or Thai run is a group."""
+    latin = tuple(dict.fromkeys(languages)) or (ENGLISH,)
+    groups: list[list[str]] = []
+    for word in surface_words(text):
+        if _LATIN.search(word):
+            groups.append(list(dict.fromkeys(term for name in latin for term in tokens(word, name))))
+        else:
+            groups.extend([term] for term in tokens(word))
+    return [group for group in groups if group]
+
+
+def query_terms(text: str, languages: Iterable[str] = (ENGLISH,)) -> list[str]:
+    """Every distinct term of `text`'s groups: what a ranked (OR) search looks up."""
+    return list(dict.fromkeys(term for group in query_groups(text, languages) for term in group))
+
+
+def index_tokens(text: str, heading: str = "") -> tuple[list[str], list[str], str]:
+    """(text terms, heading terms, the stemmer of its Latin words) of one chunk: its language's."""
+    latin = ENGLISH if text.isascii() and _english_looking(text) else chunk_language(heading + "\n" + text)
+    return tokens(text, latin), tokens(heading, latin), latin
+
+
+def languages_of(value: str | None) -> tuple[str, ...]:
+    """An index's recorded languages (meta `languages`: names joined by commas), English if none."""
+    names = tuple(name for name in (value or "").split(",") if name in _KNOWN)
+    return names or (ENGLISH,)
+
+
+_KNOWN = frozenset(LATIN_LANGUAGES.values())
+
+
+_COMMON_ENGLISH = frozenset("the and of to in is that for with as are on be by this it from or".split())
+
+
+def _english_looking(text: str) -> bool:
+    """ASCII text with English's commonest words in it: the detector's 0.5 ms is not needed to say so.
+    (German, Spanish or Dutch in plain ASCII lacks them, and goes to the detector.)"""
+    words = _ASCII_WORD.findall(text[:2000].lower())
+    return not words or sum(w in _COMMON_ENGLISH for w in words) >= max(2, len(words) // 20)
