@@ -36,6 +36,7 @@ from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
 
 # SciFact test nDCG@10 with the defaults (docs/benchmarks.md, transfer run of 2026-12-01), used with --skip-scifact.
 KNOWN_SCIFACT = {"keyword": 0.6910, "vector": 0.6688, "hybrid (weighted)": 0.7412, "hybrid (rrf)": 0.7188}
+CACHE = Path(__file__).resolve().parents[1] / ".benchmarks-cache" / "collections"
 BUILDERS = {"code search": ("code", build_code_search), "docs (npm + Node.js)": ("docs", build_docs)}
 
 

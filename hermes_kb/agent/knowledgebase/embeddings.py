@@ -18,7 +18,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from . import openvino_runtime
+from . import model_coverage, openvino_runtime
 from .config import EmbeddingConfig
 
 log = logging.getLogger(__name__)
@@ -48,6 +48,9 @@ class Embedder(Protocol):
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray: ...
 
     def embed_query(self, text: str) -> np.ndarray: ...
+
+    # Optional: `coverage(text) -> float`, the share of the text the model can represent
+    # (model_coverage.py); fusion trusts vectors by it. Without it, vectors get full trust.
 
 
 def _normalise(vectors: np.ndarray) -> np.ndarray:
@@ -137,6 +140,10 @@ class LocalEmbedder:
             loaded = self._load_onnxruntime(config, model_dir, variant, hermes_home)
         self.runtime, self._encode, dim = loaded
         self.identity = ModelIdentity(config.model, variant, dim)
+        self._coverage = model_coverage.for_model_dir(model_dir)
+
+    def coverage(self, text: str) -> float:
+        return self._coverage(text) if self._coverage is not None else 1.0
 
     @staticmethod
     def _load_openvino(config: EmbeddingConfig, model_dir: Path | None, variant: str):
