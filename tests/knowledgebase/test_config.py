@@ -7,7 +7,7 @@ from hermes_kb.agent.knowledgebase.config import ConfigError, parse_knowledgebas
 
 def test_defaults_when_section_missing():
     config = parse_knowledgebase(None)
-    assert config.enabled and config.alpha == 0.75 and config.fusion == "weighted"
+    assert config.enabled and config.alpha == 0.7 and config.fusion == "weighted"
     assert config.embedding.backend == "local"
     assert config.embedding.model == "sentence-transformers/all-MiniLM-L6-v2"
 

@@ -130,7 +130,7 @@ class KnowledgebaseConfig:
     exclude: tuple[str, ...] = ()
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
-    alpha: float = 0.75
+    alpha: float = 0.7
     fusion: str = "weighted"
     rrf_k: int = 60
     min_score: float = 0.05

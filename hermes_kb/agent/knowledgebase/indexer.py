@@ -31,7 +31,7 @@ from .embeddings import Embedder, ModelIdentity
 from .file_access import read_inside
 from .loaders import LoadError, load
 from .secret_scan import redact
-from .scanner import ScannedFile, scan
+from .scanner import CODE_KINDS, ScannedFile, scan
 from .store import FileRefused, FileRow, IndexStore, StoreError, index_files
 
 log = logging.getLogger(__name__)
@@ -260,7 +260,10 @@ class _Run:
                     self.only is None and not self.store.files_without_vectors())):
                 self.store.finish_reembed()
             self.summary.skipped[:0] = self._not_yet_reported(self.passing_skips)
-            self.store.set_meta(root=str(root), chunker=signature, updated_at=time.time())
+            kinds = self.store.chunks_by_kind()
+            code = sum(n for kind, n in kinds.items() if kind in CODE_KINDS)
+            self.store.set_meta(root=str(root), chunker=signature, updated_at=time.time(),
+                                code_share=round(code / max(1, sum(kinds.values())), 4))
             self.store.tidy(bulk=self.summary.added + self.summary.changed + self.summary.removed > 100)
             for copy, name, fallback in ((vector_cache, "vector", "sqlite-vec"), (keyword_cache, "keyword", "FTS5")):
                 try:

@@ -587,6 +587,10 @@ class PgIndexStore(StoreCommon):
         files, errors = self.conn.execute(f"SELECT COUNT(*), COUNT(error) FROM {self._t('files')}").fetchone()
         return {"files": files, "files_with_errors": errors, "chunks": self.chunk_total(), "vectors": self.vector_count()}
 
+    def chunks_by_kind(self) -> dict[str, int]:
+        return {kind: int(n) for kind, n in self.conn.execute(
+            f"SELECT kind, SUM(chunk_count) FROM {self._t('files')} GROUP BY kind").fetchall()}
+
     def chunks_without_vectors(self) -> int:
         if not self.has_vector_table():
             return 0

@@ -35,6 +35,8 @@ _TERM = re.compile(r"\w+", re.UNICODE)
 # match every word; 0 let any index's noise score 1.0. Chosen on the train splits of SciFact, code
 # search and docs (benchmarks/tune_fusion.py --share), confirmed on test (docs/benchmarks.md).
 KEYWORD_SCALE_SHARE = 0.5
+PROSE_OVER_CODE_ALPHA = 0.9  # the vector weight for a question in prose over program source (`trust`)
+PROSE_WORDS = 3  # a query of at least this many words and no identifier is prose
 EXACT_FLOOR = 0.9  # a chunk holding a literal of the query letter for letter scores at least this
 EXACT_DEPTH = 50  # chunks per literal checked for the exact text
 MAX_LITERALS = 4
@@ -58,6 +60,10 @@ class SearchSource:
     keywords: KeywordCache | None = None  # its terms' posting lists, likewise
 
     @functools.cached_property
+    def code_share(self) -> float:
+        return self.store.code_share()
+
+    @functools.cached_property
     def languages(self) -> tuple[str, ...]:
         """The stemmers its chunks' Latin-script words were stemmed with (analysis): read once a search."""
         return self.store.latin_languages()
@@ -77,7 +83,7 @@ class SearchOptions:
     k: int = 10
     mode: str = "hybrid"
     fusion: str = "weighted"
-    alpha: float = 0.75
+    alpha: float = 0.7
     rrf_k: int = 60
     min_score: float = 0.0
     max_tokens: int | None = None
@@ -320,16 +326,51 @@ def _complete_cosines(source: SearchSource, candidates: list[_Candidate], vector
             candidate.cosine = float((stored[candidate.chunk_id] * vector).sum(axis=1).max())
 
 
-def _fuse(candidates: list[_Candidate], options: SearchOptions) -> list[tuple[float, _Candidate]]:
+_IDENTIFIER = re.compile(r"\w[_.:/]\w|[a-z][A-Z]|\w\(|[=<>{}\[\]$@#]")
+
+
+def is_prose(query: str) -> bool:
+    """A question or statement in words, with nothing that names code (`snake_case`, `a.b`, `f(`, `camelCase`)."""
+    return len(query.split()) >= PROSE_WORDS and not _IDENTIFIER.search(query)
+
+
+def trust(alpha: float, coverage: float, prose_over_code: float) -> float:
+    """The vector weight of weighted fusion for one query over one index, from evidence the search has.
+
+    - `coverage`: the share of the query the embedding model can represent (model_coverage: its
+      word pieces neither [UNK] nor spelled letter by letter). A model that never learned a script
+      gives near-random vectors, so the vector side's odds are scaled by coverage squared: English
+      0.98 keeps alpha; Russian (0.05), Arabic (0.02) and, for all-MiniLM-L6-v2, Chinese (0.28) lean
+      on keywords. Squared because half-represented text is closer to noise than halfway.
+    - `prose_over_code`: the share of the index that is program source when the query is prose
+      (is_prose), else 0: a question in words shares few words with the code that answers it, so
+      its keyword matches are mostly incidental; alpha moves toward PROSE_OVER_CODE_ALPHA.
+
+    The odds form keeps the result in [0, 1] and alpha exactly when nothing argues against vectors.
+    """
+    alpha = alpha + (max(alpha, PROSE_OVER_CODE_ALPHA) - alpha) * prose_over_code
+    evidence = alpha * coverage ** 2
+    return evidence / (evidence + (1.0 - alpha)) if evidence + (1.0 - alpha) > 0 else alpha
+
+
+def _fuse(candidates: list[_Candidate], options: SearchOptions, query: str = "",
+          coverage: Callable[[], float] = lambda: 1.0) -> list[tuple[float, _Candidate]]:
     # bm25 is normalised per index: IDF statistics differ between indexes (a tiny one
     # has near-zero IDF everywhere), so raw scores only compare within one index (see keyword_scale).
     top_bm25: dict[str, float] = {}
     for candidate in candidates:
         top_bm25[candidate.source.key] = max(top_bm25.get(candidate.source.key, 0.0), candidate.bm25 or 0.0)
-    alpha = {"vector": 1.0, "keyword": 0.0}.get(options.mode, options.alpha)
     share = 1.0 if options.mode == "keyword" else KEYWORD_SCALE_SHARE  # keyword mode: the plain evidence share
+    alphas: dict[Path, float] = {}
+    if options.mode == "hybrid" and options.fusion == "weighted" and candidates:
+        covered, prose = coverage(), is_prose(query)
+        for candidate in candidates:
+            if candidate.source.key not in alphas:
+                alphas[candidate.source.key] = trust(options.alpha, covered, candidate.source.code_share if prose else 0.0)
+    fixed = {"vector": 1.0, "keyword": 0.0}.get(options.mode, options.alpha)
     scored = []
     for candidate in candidates:
+        alpha = alphas.get(candidate.source.key, fixed)
         if options.fusion == "rrf" and options.mode == "hybrid":
             # Scaled so a hit ranked first by both retrievers scores 1.0.
             ranks = [r for r in (candidate.vector_rank, candidate.keyword_rank) if r is not None]
@@ -346,7 +387,7 @@ def _fuse(candidates: list[_Candidate], options: SearchOptions) -> list[tuple[fl
 
 
 def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[], np.ndarray],
-           options: SearchOptions) -> SearchResult:
+           options: SearchOptions, coverage: Callable[[], float] = lambda: 1.0) -> SearchResult:
     """Search every source, fuse over the union, then floor, collapse, filter and budget."""
     if not query.strip():
         raise SearchError("The search query is empty.")
@@ -357,7 +398,7 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
     result = SearchResult()
     if options.mode == "vector" and all(s.vector_refusal for s in sources) and sources:
         raise SearchError(" ".join(s.vector_refusal for s in sources if s.vector_refusal))
-    scored = _fuse(_gather(sources, query, query_vector, options, result), options)
+    scored = _fuse(_gather(sources, query, query_vector, options, result), options, query, coverage)
     rows: dict[tuple[str, int], object] = {}
     kept: list[Hit] = []
     spans: dict[tuple[str, str], list[tuple[int, int]]] = {}

@@ -114,6 +114,11 @@ class KnowledgeBase:
         self._readers: dict[tuple[Path, int], tuple[tuple[int, int], IndexStore]] = {}
 
     # --- helpers --------------------------------------------------------------------------
+    def query_coverage(self, query: str) -> float:
+        """How much of the query the embedding model represents (1.0 when it cannot say): fusion's trust."""
+        measure = getattr(self.embedder(), "coverage", None)
+        return float(measure(query)) if callable(measure) else 1.0
+
     def embedder(self) -> embeddings.Embedder:
         if self._embedder is None:
             self._embedder = self._embedder_factory()
@@ -369,7 +374,8 @@ class KnowledgeBase:
     def _search_or_keywords(self, sources: list[SearchSource], query: str, options: SearchOptions) -> SearchResult:
         """Hybrid search that loses its model (damaged, unreachable) answers with keywords and says why."""
         try:
-            return search(sources, query, lambda: self.embedder().embed_query(query), options)
+            return search(sources, query, lambda: self.embedder().embed_query(query), options,
+                          lambda: self.query_coverage(query))
         except EmbeddingError as exc:
             if options.mode != "hybrid":
                 raise

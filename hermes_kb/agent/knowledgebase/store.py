@@ -272,6 +272,13 @@ class StoreCommon:
             self._delete_paths(paths)
         return len(paths)
 
+    def code_share(self) -> float:
+        """The share of this index's chunks that are program source (meta `code_share`, set by index runs)."""
+        try:
+            return min(1.0, max(0.0, float(self.meta("code_share") or 0.0)))
+        except ValueError:
+            return 0.0
+
     def latin_languages(self) -> tuple[str, ...]:
         """The stemmers this index's Latin-script words were stemmed with: a query is stemmed in each."""
         return analysis.languages_of(self.meta("languages"))
@@ -673,6 +680,9 @@ class IndexStore(StoreCommon):
         except module.DatabaseError as exc:
             problems = [str(exc)]
         return problems
+
+    def chunks_by_kind(self) -> dict[str, int]:
+        return dict(self.conn.execute("SELECT kind, SUM(chunk_count) FROM files GROUP BY kind").fetchall())
 
     def chunks_without_vectors(self) -> int:
         """Chunks that have no vector (a re-embed cut short); 0 when no model is pinned yet."""

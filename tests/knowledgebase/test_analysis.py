@@ -1,0 +1,111 @@
+"""The one analyzer: scripts segmented, marks kept with their letters, stems by script and language,
+and index-side and query-side analysis agreeing on any text, in the keyword copy, FTS5 and PostgreSQL."""
+
+from __future__ import annotations
+
+import unicodedata
+
+import pytest
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from hermes_kb.agent.knowledgebase import analysis, keyword_cache
+from hermes_kb.agent.knowledgebase.chunker import Chunk
+
+from .test_store_contract import pg_store, store  # noqa: F401  (fixtures)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("数据库迁移", ["数据", "据库", "库迁", "迁移"]),
+    ("回滚", ["回滚"]),
+    ("データベースの移行", ["デー", "ータ", "タベ", "ベー", "ース", "スの", "の移", "移行"]),
+    ("हिंदी भाषा", ["हिंद", "भाष"]),  # vowel signs stay with their letters; Hindi stems
+    ("Café NAÏVE foo_bar 3D", ["cafe", "naiv", "foo", "bar", "3d"]),
+    ("Москва столица", ["москв", "столиц"]),
+    ("الطالبُ", ["طالب"]),  # harakat folded, Arabic stems
+    ("ｆｕｌｌ　ｗｉｄｔｈ", ["full", "width"]),  # NFKC
+])
+def test_scripts_are_segmented_and_stemmed(text, expected):
+    assert analysis.tokens(text) == expected
+
+
+def test_thai_is_cut_between_grapheme_clusters_never_inside_one():
+    terms = analysis.tokens("ภาษาไทยเป็นภาษาที่")
+    assert len(terms) > 5 and all(not unicodedata.category(term[0]).startswith("M") for term in terms)
+    assert "เป็" in terms  # the vowel sign and tone mark stay on their consonant
+
+
+def test_a_chunk_in_german_is_stemmed_in_german_and_a_query_in_its_languages_finds_it():
+    text = "Die Datenbanken werden morgen migriert, und alle Tabellen werden danach neu erstellt."
+    terms, _, language = analysis.index_tokens(text)
+    assert language == "german" and "datenbank" in terms
+    assert analysis.chunk_language("The database is migrated tomorrow and every table is rebuilt.") == analysis.ENGLISH
+    groups = analysis.query_groups("Datenbanken", ("porter", "german"))
+    assert any("datenbank" in group for group in groups)
+
+
+_text = st.text(st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=80) | st.lists(st.sampled_from(
+    ["数据库", "迁移", "हिंदी", "ภาษาไทย", "Straße", "café", "Москва", "الطالبُ", "データ", "한국어", "foo_bar", "3D",
+     "naïve", "ǅemal", "ﬁle", "e\u0301", "x" * 40]), max_size=8).map(" ".join)
+
+
+@settings(max_examples=300, deadline=None)
+@given(_text)
+def test_every_chunk_holding_a_text_is_found_by_the_same_text_as_a_query(text):
+    """Index-side terms of any text meet every query group of that text (so a chunk holding the
+    words is a keyword hit and a literal candidate), whatever language the chunk was stemmed as."""
+    text_terms, heading_terms, language = analysis.index_tokens(text)
+    held = set(text_terms) | set(heading_terms)
+    for group in analysis.query_groups(text, (analysis.ENGLISH, language)):
+        assert held & set(group), (text, group, held)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(_text.filter(lambda t: any(c.isalnum() for c in t)), min_size=1, max_size=6))
+def test_both_backends_and_the_copy_find_each_text_by_itself(store, texts):  # noqa: F811
+    """The same random texts written to a store: FTS5 or PostgreSQL's term index and the keyword
+    copy each find every text's chunk by the text itself. (The store is emptied for each example.)"""
+    store.delete_files(list(store.files()))
+    ids = store.write_file("f.txt", 1, 1, "h", "text", [Chunk(t, 0, len(t), 1, 1, None, "") for t in texts], None)
+    keyword_cache.refresh(store)
+    copy = keyword_cache.KeywordCache(keyword_cache.cache_path(store.path))
+    for chunk_id, text in zip(ids, texts):
+        words = analysis.surface_words(text)
+        if not analysis.query_terms(text, store.latin_languages()):
+            continue
+        assert chunk_id in {i for i, _ in store.keyword(words, 100)}, text
+        assert chunk_id in {i for i, _ in copy.search(words, 100, store.latin_languages())}, text
+        assert chunk_id in (copy.holders_of_all_terms(text, 100, store.latin_languages()) or [chunk_id])
+        assert chunk_id in {i for i, _ in store.keyword_phrase(text, 100)}, text
+
+
+def test_an_index_from_the_previous_analyzer_is_re_analysed_on_open_without_re_embedding(tmp_path, make_kb, tree,
+                                                                                        stub_embedder):
+    """Schema 1: an external-content FTS5 table with the porter tokenizer fed by triggers, English
+    stems in chunk_terms. Opening it re-analyses every chunk from its text; vectors stay."""
+    from hermes_kb.agent.knowledgebase.store import IndexStore
+
+    docs = tree({"zh.md": "# 部署\n\n数据库迁移之前先备份，然后回滚计划要写好。\n", "en.md": "# Deploy\n\nThe canary goes first.\n"})
+    kb = make_kb(docs)
+    kb.index()
+    path = kb.index_path(kb.targets(None)[0])
+    with IndexStore(path) as store:
+        vectors = store.vector_count()
+        with store.transaction():
+            store.conn.execute("DROP TABLE chunks_fts")
+            store.conn.execute("CREATE VIRTUAL TABLE chunks_fts USING fts5(text, heading, content='chunks', "
+                               "content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')")
+            store.conn.execute("CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN INSERT INTO chunks_fts(rowid, text, "
+                               "heading) VALUES (new.id, new.text, new.heading); END")
+            store.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
+            store.conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+            store.conn.execute("DELETE FROM meta WHERE key IN ('analyzer', 'languages')")
+    embedded = sum(stub_embedder.calls)
+    with IndexStore(path) as store:
+        assert store.meta("analyzer") == analysis.ANALYZER and store.meta("schema_version") == "2"
+        assert store.vector_count() == vectors
+        assert store.conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'chunks_ai'").fetchone()[0] == 0
+    hits = kb.search("数据库迁移", mode="keyword").hits
+    assert hits and hits[0].path == "zh.md"
+    assert kb.search("回滚", mode="keyword").hits[0].path == "zh.md"
+    kb.index()
+    assert sum(stub_embedder.calls) == embedded  # nothing re-embedded, then or by the next run
