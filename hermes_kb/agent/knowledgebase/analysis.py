@@ -40,7 +40,7 @@ from collections.abc import Iterable
 
 import regex
 
-ANALYZER = "kb-analyzer-2"
+ANALYZER = "kb-analyzer-3"
 ENGLISH = "porter"  # what every index used before languages: English scores stay as they were
 
 _SEGMENTED = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\u3005\u30fc\u309d\u309e\u30fd\u30fe"
@@ -122,7 +122,7 @@ def tokens(text: str, latin: str = ENGLISH) -> list[str]:
     """The terms of `text` in order (phrases and FTS5 need the order); Latin words stemmed as `latin`."""
     text = unicodedata.normalize("NFKC", text).casefold() if not text.isascii() else text.lower()
     if text.isascii():  # most code and English prose: one regex, one C stemming call
-        return _stemmer(latin).stemWords(_ASCII_WORD.findall(text))
+        return [term for term in _stemmer(latin).stemWords(_ASCII_WORD.findall(text)) if term]
     out: list[str] = []
     pending: dict[str, list[int]] = {}  # stemmer -> positions in `out` of words it stems
     for match in _TOKEN.finditer(text):
@@ -140,7 +140,7 @@ def tokens(text: str, latin: str = ENGLISH) -> list[str]:
     for stemmer, positions in pending.items():
         for position, stem in zip(positions, _stemmer(stemmer).stemWords([out[p] for p in positions])):
             out[position] = stem
-    return out
+    return [term for term in out if term]  # Porter stems "s" to nothing
 
 
 def surface_words(text: str) -> list[str]:
@@ -192,3 +192,19 @@ def _english_looking(text: str) -> bool:
     (German, Spanish or Dutch in plain ASCII lacks them, and goes to the detector.)"""
     words = _ASCII_WORD.findall(text[:2000].lower())
     return not words or sum(w in _COMMON_ENGLISH for w in words) >= max(2, len(words) // 20)
+
+
+_CODE_LINE = regex.compile(
+    r"^\s*(?:(?:def|class|return|import|from|if|elif|else|for|while|try|except|with|raise|yield|async|await|"
+    r"function|const|let|var|public|private|protected|static|fn|func|package|using|namespace|switch|case)\b"
+    r"|#include|@\w|//|/\*|\*/)|[{};]\s*$|\)\s*(?:->\s*[^:]+)?:\s*$|^\s*[\w.\[\]]+\s*[-+*/]?=\s*\S")
+MIN_CODE_LINES = 3
+
+
+def looks_like_code(text: str) -> bool:
+    """Program source by its lines (keywords, braces, assignments, signatures), whatever the file's name:
+    a function pasted into notes is code, an essay about Python is not. At least 40% of 3+ lines."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < MIN_CODE_LINES:
+        return False
+    return sum(1 for line in lines if _CODE_LINE.search(line)) >= 0.4 * len(lines)

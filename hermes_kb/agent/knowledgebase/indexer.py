@@ -25,13 +25,14 @@ from typing import Callable, Protocol
 import numpy as np
 
 from . import keyword_cache, vector_cache
+from .analysis import looks_like_code
 from .chunker import chunk_document, chunker_signature
 from .config import DirectoryConfig, KnowledgebaseConfig
 from .embeddings import Embedder, ModelIdentity
 from .file_access import read_inside
 from .loaders import LoadError, load
 from .secret_scan import redact
-from .scanner import CODE_KINDS, ScannedFile, scan
+from .scanner import ScannedFile, scan
 from .store import FileRefused, FileRow, IndexStore, StoreError, index_files
 
 log = logging.getLogger(__name__)
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 EMBED_BATCH_CHUNKS = 64  # chunks per embedding pass and vector write; also windows per embed call
 KEYWORD_AHEAD_CHUNKS = 20_000  # chunks written ahead of their vectors (their texts wait in memory: ~30 MB)
 REPORTED_SKIPS = "reported_skips"  # meta key: skips already told to the user, not repeated while they stay the same
+CODE_SAMPLE = 400  # chunks read after a run that changed something, for the index's share of code (fusion)
 SECRETS_VERSION = 1  # part of the chunking signature: a change re-chunks every file (vectors are reused)
 
 
@@ -260,10 +262,11 @@ class _Run:
                     self.only is None and not self.store.files_without_vectors())):
                 self.store.finish_reembed()
             self.summary.skipped[:0] = self._not_yet_reported(self.passing_skips)
-            kinds = self.store.chunks_by_kind()
-            code = sum(n for kind, n in kinds.items() if kind in CODE_KINDS)
+            sample = self.store.sample_texts(CODE_SAMPLE) if self.summary.added + self.summary.changed + \
+                self.summary.removed or self.store.meta("code_share") is None else None
             self.store.set_meta(root=str(root), chunker=signature, updated_at=time.time(),
-                                code_share=round(code / max(1, sum(kinds.values())), 4))
+                                **({"code_share": round(sum(map(looks_like_code, sample)) / max(1, len(sample)), 4)}
+                                   if sample is not None else {}))
             self.store.tidy(bulk=self.summary.added + self.summary.changed + self.summary.removed > 100)
             for copy, name, fallback in ((vector_cache, "vector", "sqlite-vec"), (keyword_cache, "keyword", "FTS5")):
                 try:

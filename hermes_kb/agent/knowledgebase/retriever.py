@@ -342,9 +342,10 @@ def trust(alpha: float, coverage: float, prose_over_code: float) -> float:
       gives near-random vectors, so the vector side's odds are scaled by coverage squared: English
       0.98 keeps alpha; Russian (0.05), Arabic (0.02) and, for all-MiniLM-L6-v2, Chinese (0.28) lean
       on keywords. Squared because half-represented text is closer to noise than halfway.
-    - `prose_over_code`: the share of the index that is program source when the query is prose
-      (is_prose), else 0: a question in words shares few words with the code that answers it, so
-      its keyword matches are mostly incidental; alpha moves toward PROSE_OVER_CODE_ALPHA.
+    - `prose_over_code`: the share of the index that is program source (analysis.looks_like_code
+      over a sample of its chunks, recorded by index runs) when the query is prose (is_prose),
+      else 0: a question in words shares few words with the code that answers it, so its keyword
+      matches are mostly incidental; alpha moves that share of the way to PROSE_OVER_CODE_ALPHA.
 
     The odds form keeps the result in [0, 1] and alpha exactly when nothing argues against vectors.
     """

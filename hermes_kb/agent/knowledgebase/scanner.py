@@ -66,9 +66,6 @@ KINDS = {
     ".html": "html", ".htm": "html",
     ".pdf": "pdf", ".docx": "docx",
 }
-# Program source: a question in prose shares few words with the code that answers it (retriever.trust).
-CODE_KINDS = frozenset({"python", "javascript", "typescript", "go", "rust", "java", "c", "cpp", "csharp", "ruby",
-                        "php", "shell"})
 # Every kind a file can be given (unknown extensions are "text"): what `--kind` may filter on.
 FILE_KINDS = tuple(sorted({*KINDS.values(), "text"}))
 

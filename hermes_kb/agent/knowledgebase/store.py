@@ -681,8 +681,9 @@ class IndexStore(StoreCommon):
             problems = [str(exc)]
         return problems
 
-    def chunks_by_kind(self) -> dict[str, int]:
-        return dict(self.conn.execute("SELECT kind, SUM(chunk_count) FROM files GROUP BY kind").fetchall())
+    def sample_texts(self, limit: int) -> list[str]:
+        """Up to `limit` chunk texts drawn at random: what an index is like, cheaply."""
+        return [row[0] for row in self.conn.execute("SELECT text FROM chunks ORDER BY random() LIMIT ?", (limit,))]
 
     def chunks_without_vectors(self) -> int:
         """Chunks that have no vector (a re-embed cut short); 0 when no model is pinned yet."""
