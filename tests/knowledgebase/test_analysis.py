@@ -110,3 +110,19 @@ def test_an_index_from_the_previous_analyzer_is_re_analysed_on_open_without_re_e
     assert kb.search("回滚", mode="keyword").hits[0].path == "zh.md"
     kb.index()
     assert sum(stub_embedder.calls) == embedded  # nothing re-embedded, then or by the next run
+
+
+def test_status_says_when_the_model_cannot_read_most_of_an_index(tmp_path, make_kb, stub_embedder):
+    class Blind(type(stub_embedder)):
+        def coverage(self, text):  # as all-MiniLM-L6-v2 reads Russian: letter by letter
+            return 0.05 if any("\u0400" <= c <= "\u04ff" for c in text) else 0.98
+
+    for name, text in (("russian", "# Москва\n\nМосква столица России и крупнейший город страны.\n"),
+                       ("english", "# Deploy\n\nThe canary goes first, then the rest of the fleet.\n")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "a.md").write_text(text)
+    kb = make_kb(tmp_path / "russian", tmp_path / "english", embedder=Blind())
+    kb.index()
+    rows = {row["name"]: row for row in kb.status()}
+    assert "represents little of this index's text (coverage 0.05" in rows["russian"]["vector_search"]
+    assert rows["english"]["vector_search"] == "ok"

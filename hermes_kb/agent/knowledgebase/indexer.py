@@ -265,8 +265,7 @@ class _Run:
             sample = self.store.sample_texts(CODE_SAMPLE) if self.summary.added + self.summary.changed + \
                 self.summary.removed or self.store.meta("code_share") is None else None
             self.store.set_meta(root=str(root), chunker=signature, updated_at=time.time(),
-                                **({"code_share": round(sum(map(looks_like_code, sample)) / max(1, len(sample)), 4)}
-                                   if sample is not None else {}))
+                                **(self._sample_figures(sample) if sample is not None else {}))
             self.store.tidy(bulk=self.summary.added + self.summary.changed + self.summary.removed > 100)
             for copy, name, fallback in ((vector_cache, "vector", "sqlite-vec"), (keyword_cache, "keyword", "FTS5")):
                 try:
@@ -280,6 +279,16 @@ class _Run:
         self.summary.seconds = round(time.perf_counter() - started, 3)
         return self.summary
 
+
+    def _sample_figures(self, sample: list[str]) -> dict[str, float]:
+        """What fusion and status read about the index as a whole, from a sample of its chunks: the
+        share that is program source, and how much of its text the model represents (when the run
+        loaded one that can say: model_coverage)."""
+        figures = {"code_share": round(sum(map(looks_like_code, sample)) / max(1, len(sample)), 4)}
+        measure = getattr(self.embedder, "coverage", None)
+        if callable(measure) and sample:
+            figures["model_coverage"] = round(sum(measure(text) for text in sample) / len(sample), 4)
+        return figures
 
     def _not_yet_reported(self, skips: list[tuple[str, str]]) -> list[tuple[str, str]]:
         """Skips the user has not been told about (or all of them with --full); remembered for the next run,

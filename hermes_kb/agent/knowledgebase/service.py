@@ -39,6 +39,7 @@ log = logging.getLogger(__name__)
 
 # The derived copies beside each index: the module that builds and names one, and the class that opens it.
 DERIVED_COPIES = {"vector_cache": (vector_cache, VectorCache), "keyword_cache": (keyword_cache, KeywordCache)}
+LOW_COVERAGE = 0.5  # model_coverage of an index under this: status says the model cannot read most of it
 MAX_QUERY_CHARS = 8_000  # a long pasted traceback fits; a 20 MB query cost 58 s and 2.6 GB
 INLINE_REFRESH_BYTES = 256_000  # a changed file this small is re-indexed before its hit is returned
 # A shared index another machine changed: this machine's keyword copy is searched with the chunks
@@ -541,6 +542,13 @@ class KnowledgeBase:
                 row["vector_search"] = (f"{row['chunks_without_vectors']} chunks of {directory.name} still wait for "
                                         f"vectors (keyword search has them); an index run under way embeds them, "
                                         f"else `hermes kb index {directory.name}` finishes them.")
+            coverage = meta.get("model_coverage")
+            if coverage is not None and float(coverage) < LOW_COVERAGE and row["vector_search"] == "ok" and identity:
+                row["vector_search"] = (
+                    f"{identity.model_id} represents little of this index's text (coverage {float(coverage):.2f}: "
+                    f"mostly a script or language it never learned), so hybrid search leans on keywords. For "
+                    f"multilingual vectors, set embedding_model to a multilingual model (e.g. backend: ollama, "
+                    f"model: bge-m3), then `hermes kb index {directory.name} --full`.")
             for kind, (module, _) in DERIVED_COPIES.items():
                 row[kind] = module.state(module.cache_path(path), store.generation())  # current, stale or corrupt
             if row["keyword_cache"] == "stale" and keyword_cache.over_limit(store):
