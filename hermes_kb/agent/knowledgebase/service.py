@@ -66,6 +66,8 @@ USER_ERRORS = (ConfigError, KnowledgebaseError, SearchError, StoreError, Embeddi
 
 def expected_identity(config: embeddings.EmbeddingConfig) -> tuple[str, str]:
     """Model id and variant the configured backend will produce, without loading it."""
+    if config.backend == "multilingual":
+        return config.model, embeddings.MULTILINGUAL_VARIANT
     if config.backend != "local":
         return config.model, config.backend
     if config.model_path:
