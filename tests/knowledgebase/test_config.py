@@ -27,7 +27,7 @@ def test_directories_expand_home_and_variables(tmp_path, monkeypatch):
     ({"fusion": "max"}, "knowledgebase.fusion must be one of weighted, rrf"),
     ({"chunk_size": 100, "chunk_overlap": 100}, "chunk_overlap must be smaller than chunk_size"),
     ({"auto_retrieve": "yes"}, "knowledgebase.auto_retrieve must be true or false"),
-    ({"embedding_model": "bert"}, "knowledgebase.embedding_model.backend must be one of local, openai, ollama"),
+    ({"embedding_model": "bert"}, "knowledgebase.embedding_model.backend must be one of local, multilingual, openai, ollama"),
     ({"directories": [{"name": "x"}]}, "knowledgebase.directories[0] must be a path or a mapping with a path key"),
     ({"directories": ["/a/x", "/b/x"]}, "two entries named 'x'"),
     ({"max_file_bytes": 0}, "knowledgebase.max_file_bytes must be a whole number of at least 1"),
