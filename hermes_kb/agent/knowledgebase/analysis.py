@@ -118,9 +118,13 @@ def _script_stemmer(word: str, latin: str) -> str | None:
     return latin if _LATIN.match(word) else None
 
 
+def _normalised(text: str) -> str:
+    return text.lower() if text.isascii() else unicodedata.normalize("NFKC", text).casefold()
+
+
 def tokens(text: str, latin: str = ENGLISH) -> list[str]:
     """The terms of `text` in order (phrases and FTS5 need the order); Latin words stemmed as `latin`."""
-    text = unicodedata.normalize("NFKC", text).casefold() if not text.isascii() else text.lower()
+    text = _normalised(text)
     if text.isascii():  # most code and English prose: one regex, one C stemming call
         return [term for term in _stemmer(latin).stemWords(_ASCII_WORD.findall(text)) if term]
     out: list[str] = []
@@ -145,8 +149,7 @@ def tokens(text: str, latin: str = ENGLISH) -> list[str]:
 
 def surface_words(text: str) -> list[str]:
     """What a user typed as words, before bigrams and stems: `数据库迁移`, `हिंदी`, `divide_line` -> divide, line."""
-    text = unicodedata.normalize("NFKC", text).casefold() if not text.isascii() else text.lower()
-    return [match.group() for match in _TOKEN.finditer(text)]
+    return [match.group() for match in _TOKEN.finditer(_normalised(text))]
 
 
 def query_groups(text: str, languages: Iterable[str] = (ENGLISH,)) -> list[list[str]]:

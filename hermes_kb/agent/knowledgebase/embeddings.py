@@ -59,6 +59,20 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
     return vectors / np.maximum(norms, 1e-12)
 
 
+def _embed_sorted(texts: Sequence[str], dim: int, batch_size: int,
+                  encode: Callable[[Sequence[str]], np.ndarray]) -> np.ndarray:
+    """Unit vectors for `texts`, encoded in batches of similar length: short texts are never padded
+    to the longest one in the corpus, and batch size bounds memory."""
+    if not texts:
+        return np.zeros((0, dim), dtype=np.float32)
+    order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    out = np.empty((len(texts), dim), dtype=np.float32)
+    for begin in range(0, len(order), batch_size):
+        batch = order[begin:begin + batch_size]
+        out[batch] = encode([texts[i] for i in batch])
+    return _normalise(out)
+
+
 def package_file(package: str, relative: str) -> Path | None:
     """Locate a file inside an installed package without importing it."""
     spec = importlib.util.find_spec(package)
@@ -202,14 +216,7 @@ class LocalEmbedder:
         return "onnxruntime", encode, int(model.embedding_size)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.identity.dim), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = np.empty((len(texts), self.identity.dim), dtype=np.float32)
-        for begin in range(0, len(order), self.batch_size):
-            batch = order[begin:begin + self.batch_size]
-            out[batch] = self._encode([texts[i] for i in batch])
-        return _normalise(out)
+        return _embed_sorted(texts, self.identity.dim, self.batch_size, self._encode)
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_documents([text])[0]
@@ -298,14 +305,8 @@ class MultilingualEmbedder:
         self.identity = ModelIdentity(config.model, MULTILINGUAL_VARIANT, int(self._model.dim))
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros((0, self.identity.dim), dtype=np.float32)
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
-        out = np.empty((len(texts), self.identity.dim), dtype=np.float32)
-        for begin in range(0, len(order), self.batch_size):
-            batch = order[begin:begin + self.batch_size]
-            out[batch] = np.atleast_2d(self._model.passage([texts[i] for i in batch]))
-        return _normalise(out)
+        return _embed_sorted(texts, self.identity.dim, self.batch_size,
+                             lambda batch: np.atleast_2d(self._model.passage(list(batch))))
 
     def embed_query(self, text: str) -> np.ndarray:
         return _normalise(np.atleast_2d(self._model.query(text)))[0]

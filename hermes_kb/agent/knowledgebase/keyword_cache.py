@@ -43,6 +43,8 @@ def idf(count, frequency):
     count = float(count) if math.isfinite(float(count)) and count > 0 else 0.0
     frequency = np.clip(np.nan_to_num(np.asarray(frequency, dtype=np.float64), nan=0.0), 0.0, count)
     return np.maximum(np.log((count - frequency + 0.5) / (frequency + 0.5)), MIN_IDF)
+
+
 MAX_POSTINGS = 12_000_000  # ~150k chunks of prose; building holds ~50 bytes a posting, so above this FTS5 serves
 
 

@@ -230,12 +230,7 @@ class PgIndexStore(StoreCommon):
                 if self.meta("schema_version") is None:  # the name: other hosts list it as a folder indexed by path
                     self.set_meta(schema_version=SCHEMA_VERSION, created_at=time.time(), name=self.name,
                                   analyzer=analysis.ANALYZER)
-        written = int(self.meta("schema_version") or SCHEMA_VERSION)
-        if written > SCHEMA_VERSION:
-            raise StoreError(f"The index of {self.name} was written by a newer hermes-knowledgebase (schema {written}; "
-                             f"this one reads {SCHEMA_VERSION}); upgrade hermes-knowledgebase to use it.")
-        if self.meta("analyzer") != analysis.ANALYZER:
-            self.reanalyse()
+        self._check_schema(self.name)
 
     def reanalyse(self) -> int:
         """Every chunk's terms made again from its stored text with this analyzer, in one transaction
@@ -486,7 +481,7 @@ class PgIndexStore(StoreCommon):
         if not words:
             return []
         languages = self.latin_languages()
-        frequencies = self._term_frequencies(keyword_cache.query_hashes(analysis.query_terms(" ".join(words), languages)))
+        per_word, frequencies = self._word_frequencies(words, languages)
         wanted, total = [], 0
         for term_hash, df in sorted(frequencies.items(), key=lambda item: item[1]):
             if df and (not wanted or total + df <= 4 * KEYWORD_CANDIDATES):
@@ -498,7 +493,7 @@ class PgIndexStore(StoreCommon):
             f"SELECT chunk_id FROM {self._t('chunk_terms')} WHERE hashes && %s::bigint[] LIMIT %s",
             (wanted, KEYWORD_CANDIDATES)).fetchall()]
         count, mean_tokens = self.conn.execute(f"SELECT COUNT(*), COALESCE(AVG(tokens), 0) FROM {self._t('chunk_terms')}").fetchone()
-        return keyword_cache.bm25(words, self.terms_of(found), dict(zip(words, self.document_frequencies(words))),
+        return keyword_cache.bm25(words, self.terms_of(found), dict(zip(words, self._most_frequent(per_word, frequencies))),
                                   count, float(mean_tokens), k, languages)
 
     def keyword_phrase(self, literal: str, k: int) -> list[tuple[int, float]]:
@@ -521,9 +516,15 @@ class PgIndexStore(StoreCommon):
 
     def document_frequencies(self, terms: Sequence[str]) -> list[float]:
         """Chunks holding each query word: its most frequent term, as a copy counts it."""
-        languages = self.latin_languages()
-        per_word = [keyword_cache.query_hashes(analysis.query_terms(word, languages)) for word in terms]
-        frequencies = self._term_frequencies([h for hashes in per_word for h in hashes])
+        return self._most_frequent(*self._word_frequencies(terms, self.latin_languages()))
+
+    def _word_frequencies(self, words: Sequence[str], languages: Sequence[str]) -> tuple[list[list[int]], dict[int, int]]:
+        """(each word's term hashes, chunks holding each hash): one round trip for every term."""
+        per_word = [keyword_cache.query_hashes(analysis.query_terms(word, languages)) for word in words]
+        return per_word, self._term_frequencies([h for hashes in per_word for h in hashes])
+
+    @staticmethod
+    def _most_frequent(per_word: list[list[int]], frequencies: dict[int, int]) -> list[float]:
         return [float(max((frequencies.get(h, 0) for h in hashes), default=0)) for hashes in per_word]
 
     def chunk_total(self) -> int:

@@ -272,6 +272,15 @@ class StoreCommon:
             self._delete_paths(paths)
         return len(paths)
 
+    def _check_schema(self, where: str) -> None:
+        """On opening: refuse an index a newer version wrote; re-analyse one an older analyzer wrote."""
+        written = int(self.meta("schema_version") or SCHEMA_VERSION)
+        if written > SCHEMA_VERSION:
+            raise StoreError(f"The index of {where} was written by a newer hermes-knowledgebase (schema {written}; "
+                             f"this one reads {SCHEMA_VERSION}); upgrade hermes-knowledgebase to use it.")
+        if self.meta("analyzer") != analysis.ANALYZER:
+            self.reanalyse()
+
     def code_share(self) -> float:
         """The share of this index's chunks that are program source (meta `code_share`, set by index runs)."""
         try:
@@ -324,12 +333,7 @@ class IndexStore(StoreCommon):
                 with self.transaction():
                     self.conn.execute(FTS_TABLE)
                     self.set_meta(schema_version=SCHEMA_VERSION, created_at=time.time(), analyzer=analysis.ANALYZER)
-            written = int(self.meta("schema_version"))
-            if written > SCHEMA_VERSION:
-                raise StoreError(f"The index of {name} ({path}) was written by a newer hermes-knowledgebase (schema "
-                                 f"{written}; this one reads {SCHEMA_VERSION}); upgrade hermes-knowledgebase to use it.")
-            if self.meta("analyzer") != analysis.ANALYZER:
-                self.reanalyse()
+            self._check_schema(f"{name} ({path})")
         except module.DatabaseError as exc:
             raise explain(exc, path, name) from None
 
