@@ -21,20 +21,24 @@ resolves (profiles included), at call time.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import dataclasses
 import io
 import logging
+import re
 import sys
 import threading
 from collections import OrderedDict
 from pathlib import Path
 from typing import Any, Callable
 
+from hermes_kb.agent.knowledgebase.citations import Citations
 from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig
-from hermes_kb.agent.knowledgebase.context import AutoRetriever, render_block
+from hermes_kb.agent.knowledgebase.context import AutoRetriever, hit_key, is_trivial, render_block
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase, KnowledgebaseError
 from hermes_kb.hermes_cli import config as kb_config_file
-from hermes_kb.tools.knowledgebase_tool import HANDLERS, SCHEMAS, TOOLSET, json_handler, tools_available
+from hermes_kb.hermes_cli.background_index import BackgroundIndex
+from hermes_kb.tools.knowledgebase_tool import HANDLERS, SCHEMAS, TOOLSET, json_handler, tool_offered
 from hermes_kb.tools.permissions import Permissions
 from hermes_kb.tools.registry import argument_problem, error
 
@@ -43,6 +47,7 @@ log = logging.getLogger(__name__)
 # Hermes spills hook context over 10,000 characters to a file and injects a preview instead;
 # the block stays under that so the model gets the cited text itself.
 MAX_CONTEXT_CHARS = 9_500
+SPILL_MARGIN = 200  # Hermes measures the joined context; leave room for what it adds around ours
 MAX_SESSIONS = 64  # conversations whose injected chunks are remembered (least recently used go first)
 EMOJI = "📚"
 TRUNCATED = " …[truncated; kb_read shows the rest]"
@@ -83,15 +88,19 @@ def previous_user_message(history: list | None, current: str) -> str | None:
 
 class KnowledgebasePlugin:
     """Everything the plugin keeps for the life of the Hermes process: one KnowledgeBase per
-    Hermes home (so the embedding model loads once) and one AutoRetriever per session."""
+    Hermes home (so the embedding model loads once), one Citations and one AutoRetriever per session,
+    and the background index run."""
 
     def __init__(self, make_kb: Callable[[KnowledgebaseConfig, Path], KnowledgeBase] = KnowledgeBase):
         self._make_kb = make_kb
         self._lock = threading.Lock()
         self._configs: dict[Path, tuple[tuple[int, int] | None, KnowledgebaseConfig]] = {}
         self._kbs: dict[Path, KnowledgeBase] = {}
+        self._watchers: dict[Path, Any] = {}
         self._retrievers: OrderedDict[str, AutoRetriever] = OrderedDict()
+        self._citations: OrderedDict[str, Citations] = OrderedDict()
         self._warned: str | None = None
+        self.background = BackgroundIndex()
 
     # --- configuration and the knowledgebase --------------------------------------------
     def config(self) -> KnowledgebaseConfig:
@@ -117,27 +126,53 @@ class KnowledgebasePlugin:
             kb = self._kbs.get(home)
             if kb is None or kb.config != config:
                 kb = self._kbs[home] = self._make_kb(config, home)
+                self._watch(home, kb)
             return kb
+
+    def _watch(self, home: Path, kb: KnowledgeBase) -> None:
+        """watch_for_changes inside Hermes: re-index configured folders as files change, for as long as
+        the Hermes process (REPL or gateway) runs."""
+        previous = self._watchers.pop(home, None)
+        if previous is not None:
+            previous.stop()
+        if not (kb.config.enabled and kb.config.watch_for_changes and kb.config.directories):
+            return
+        from hermes_kb.agent.knowledgebase.watcher import KnowledgebaseWatcher
+
+        watcher = KnowledgebaseWatcher(kb, list(kb.config.directories), debounce_s=kb.config.watch_debounce_s)
+        watcher.start()
+        self._watchers[home] = watcher
 
     def permissions(self) -> Permissions:
         """ask=None: a tool call inside Hermes has nobody to confirm it, so only config switches allow
         indexing a new folder or clearing an index."""
         return Permissions(self.config(), ask=None)
 
+    def citations(self, session_id: Any) -> Citations:
+        """The session's source ids, shared by the injected block and kb_search."""
+        key = session_id if isinstance(session_id, str) and session_id else "default"
+        with self._lock:
+            citations = self._citations.pop(key, None) or Citations()
+            self._citations[key] = citations
+            while len(self._citations) > MAX_SESSIONS:
+                self._citations.popitem(last=False)
+            return citations
+
     # --- tools ---------------------------------------------------------------------------
-    def tools_available(self) -> bool:
+    def tool_offered(self, name: str) -> bool:
         """Hermes's check_fn. A broken config keeps the tools visible, so a call returns the sentence
-        saying what is wrong instead of the tools silently vanishing."""
+        saying what is wrong instead of the tools silently vanishing; kb_clear is offered only where
+        config would let it run."""
         try:
-            return tools_available(self.config())
+            return tool_offered(name, self.config())
         except Exception:  # ConfigError, or anything else: never raised into Hermes
-            return True
+            return name != "kb_clear"
 
     def tool_handler(self, name: str) -> Callable[..., str]:
         """Hermes calls handler(args, **context) and does not check args against the schema: do it
         here, as our own registry does, then run the shared handler."""
         schema = {**SCHEMAS[name], "name": name}
-        run = json_handler(name, self.kb, self.permissions)
+        run = json_handler(name, self.kb, self.permissions, lambda context: self.citations(context.get("session_id")))
 
         def handler(args: dict, **context: Any) -> str:
             if not isinstance(args, dict):
@@ -154,21 +189,49 @@ class KnowledgebasePlugin:
         return handler
 
     # --- /kb and `hermes kb` ----------------------------------------------------------------
-    def slash_command(self, raw_args: str) -> str | None:
-        """`/kb ...` in Hermes's chat (and gateway): the same verbs as `hermes kb`, printed to a string.
-        Nothing can be asked from inside a slash command, so `/kb clear` needs --yes."""
-        from hermes_kb.hermes_cli.kb_command import run_slash_kb
-        from rich.console import Console
+    def slash_command(self, raw_args: str) -> Any:
+        """`/kb ...` in Hermes's chat: the same verbs as `hermes kb`, printed to a string.
 
+        Hermes 0.19.0 calls this on its event loop in the gateway (and awaits a coroutine we return)
+        and on the thread that reads the terminal in the REPL. A running loop therefore means a
+        gateway: the work goes to a thread so every other chat keeps being answered, and the caller is
+        a chat member, not the machine's owner (chat_member.py). `/kb index` runs in the background
+        in both, so nothing waits minutes for it."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return self.run_slash(raw_args, member=False, announce=_announce_at_terminal)
+        return asyncio.to_thread(self.run_slash, raw_args, True, None)
+
+    def run_slash(self, raw_args: str, member: bool, announce: Callable[[str], None] | None) -> str | None:
+        from hermes_kb.hermes_cli.chat_member import member_refusal
+        from hermes_kb.hermes_cli.kb_command import run_slash_kb
+
+        try:
+            if member and not self.config().gateway_full_access:
+                refusal = member_refusal(raw_args, self.kb)
+                if refusal:
+                    return refusal
+        except ConfigError as exc:
+            return f"error: {exc}"
         buffer = io.StringIO()
-        console = Console(file=buffer, width=100, force_terminal=False, no_color=True, highlight=False,
-                          emoji=False, soft_wrap=True)
+        console = _text_console(buffer)
 
         def refuse(question: str) -> bool:
             console.print("Nothing is asked inside a slash command: add --yes to clear, e.g. /kb clear NAME --yes",
                           markup=False)
             return False
-        run_slash_kb(raw_args, self.kb, console, console, confirm=refuse)
+        options = {"confirm": refuse, "watch_hint": HERMES_WATCH_HINT}
+        verb = raw_args.split(maxsplit=1)[0] if raw_args.split() else ""
+        if verb == "index" and not _asks_help(raw_args):
+            return self.background.start(
+                raw_args.strip(), lambda out, err, progress: run_slash_kb(raw_args, self.kb, out, err, progress=progress,
+                                                                          **options), announce)
+        run_slash_kb(raw_args, self.kb, console, console, **options)
+        if verb == "status" and "--json" not in raw_args.split():
+            described = self.background.describe()
+            if described:
+                console.print(described, markup=False, highlight=False)
         return buffer.getvalue().rstrip() or None
 
     @staticmethod
@@ -193,40 +256,49 @@ class KnowledgebasePlugin:
 
     # --- auto-retrieval ------------------------------------------------------------------------
     def _retriever(self, session_id: str, kb: KnowledgeBase, config: KnowledgebaseConfig) -> AutoRetriever:
+        citations = self.citations(session_id)
         with self._lock:
             retriever = self._retrievers.pop(session_id, None)
             if retriever is None or retriever.kb is not kb:
                 previous = retriever
-                retriever = AutoRetriever(kb, config)
-                if previous:  # the same conversation goes on: what it was sent, and its source ids
+                retriever = AutoRetriever(kb, config, citations=citations)
+                if previous:  # the same conversation goes on: what it was sent
                     previous.close()
-                    retriever.injected, retriever.cited, retriever.next_id = previous.injected, previous.cited, previous.next_id
+                    retriever.injected = previous.injected
             self._retrievers[session_id] = retriever
             while len(self._retrievers) > MAX_SESSIONS:
                 self._retrievers.popitem(last=False)[1].close()
             return retriever
 
     def pre_llm_call(self, session_id: Any = "", user_message: Any = "", conversation_history: Any = None,
-                     **_: Any) -> dict | None:
+                     platform: Any = "", **_: Any) -> dict | None:
         """Once per turn: {"context": cited block} appended (by Hermes) to this request's user message,
         or None. Remembers per session_id what it sent, since Hermes calls this for every turn. Never
         raises into Hermes: a failure costs this turn its context, and says why in the log."""
         try:
-            return self._context_for(session_id, user_message, conversation_history)
+            return self._context_for(session_id, user_message, conversation_history, platform)
         except Exception:
             log.exception("knowledgebase auto-retrieval failed for this turn")
             return None
 
-    def _context_for(self, session_id: Any, user_message: Any, conversation_history: Any) -> dict | None:
+    def _context_for(self, session_id: Any, user_message: Any, conversation_history: Any, platform: Any) -> dict | None:
         if not isinstance(conversation_history, list):
             conversation_history = None
-        session_id = session_id if isinstance(session_id, str) else repr(session_id)
+        session_id = session_id if isinstance(session_id, str) and session_id else "default"
+        citations = self.citations(session_id)
+        if not citations.ids and conversation_history:  # a resumed session, or a restarted gateway
+            citations.restore(replayed_texts(conversation_history))
+        message = _text(user_message)
+        if is_trivial(message) and "@kb" not in message:
+            return None  # a greeting loads no model
         try:
             config = self.config()
         except ConfigError as exc:
             if self._warned != str(exc):
                 self._warned = str(exc)
                 log.warning("knowledgebase auto-retrieval is off: %s", exc)
+                if platform in ("", "cli"):  # a person at this terminal: say it once where they look
+                    print(f"📚 knowledgebase auto-retrieval is off: {exc}", file=sys.stderr, flush=True)
             return None
         if not config.enabled:
             return None
@@ -236,18 +308,17 @@ class KnowledgebasePlugin:
                 kb.targets(None)  # folders indexed by hand still count
             except KnowledgebaseError:
                 return None  # nothing to search: stay quiet rather than log a failed search every turn
-        message = _text(user_message)
-        retriever = self._retriever(session_id or "default", kb, config)
+        retriever = self._retriever(session_id, kb, config)
         block = retriever.block_for(message, previous_user_message(conversation_history, message))
         if block is None:
             return None
-        return {"context": fit_block(block.hits, retriever, first_id=block.first_id)}
+        return {"context": fit_block(block.hits, retriever, block.ids, limit=context_limit())}
 
     # --- registration ------------------------------------------------------------------------
     def register(self, ctx: Any) -> None:
         for name in HANDLERS:
             ctx.register_tool(name=name, toolset=TOOLSET, schema={**SCHEMAS[name], "name": name},
-                              handler=self.tool_handler(name), check_fn=self.tools_available,
+                              handler=self.tool_handler(name), check_fn=lambda name=name: self.tool_offered(name),
                               description=SCHEMAS[name]["description"], emoji=EMOJI)
         ctx.register_command("kb", self.slash_command, description="knowledgebase: index, search, status, clear",
                              args_hint="index|search|status|clear ...")
@@ -257,19 +328,68 @@ class KnowledgebasePlugin:
         ctx.register_hook("pre_llm_call", self.pre_llm_call)
 
 
-def fit_block(hits: list, retriever: AutoRetriever, limit: int = MAX_CONTEXT_CHARS, first_id: int = 1) -> str:
+HERMES_WATCH_HINT = ("Inside Hermes, set knowledgebase.watch_for_changes: true in config.yaml to keep the configured "
+                     "folders fresh while Hermes runs; /kb index refreshes them now.")
+
+
+def _text_console(buffer: io.StringIO):
+    from rich.console import Console
+
+    return Console(file=buffer, width=100, force_terminal=False, no_color=True, highlight=False, emoji=False,
+                   soft_wrap=True)
+
+
+def _asks_help(raw_args: str) -> bool:
+    return any(word in ("-h", "--help") for word in raw_args.split())
+
+
+def _announce_at_terminal(text: str) -> None:
+    """The REPL's output goes through prompt_toolkit's patched stdout, which prints above the prompt
+    from any thread."""
+    print(text, flush=True)
+
+
+def replayed_texts(history: list) -> list[str]:
+    """Every text of a replayed conversation where source ids may appear: what each user turn was sent
+    with (Hermes keeps it as `api_content`), tool results, and the messages themselves."""
+    texts = []
+    for message in history:
+        if not isinstance(message, dict):
+            continue
+        for key in ("api_content", "content"):
+            text = _text(message.get(key))
+            if text:
+                texts.append(text)
+    return texts
+
+
+def context_limit() -> int:
+    """Under Hermes's spill threshold (hooks.output_spill.max_chars): a block over it would be written to
+    a file and the model sent a preview, not the cited text."""
+    try:
+        from tools.hook_output_spill import get_spill_config
+        spill = get_spill_config()
+    except Exception:  # Hermes absent (tests) or changed: keep to the default threshold
+        return MAX_CONTEXT_CHARS
+    if not spill.get("enabled", True):
+        return MAX_CONTEXT_CHARS
+    return max(500, min(MAX_CONTEXT_CHARS, int(spill.get("max_chars") or MAX_CONTEXT_CHARS) - SPILL_MARGIN))
+
+
+def fit_block(hits: list, retriever: AutoRetriever, ids: list[str], limit: int = MAX_CONTEXT_CHARS) -> str:
     """The cited block under `limit` characters: drop the last hits (forgetting they were injected, so
-    a later turn may still send them), then cut the one left."""
+    a later turn may still send them), then cut the one left at a word boundary."""
     hits = list(hits)
-    text = render_block(hits, first_id=first_id)
+    text = render_block(hits, ids=ids)
     while len(text) > limit and len(hits) > 1:
-        dropped = hits.pop()
-        retriever.injected.discard(dropped.content_hash)
-        retriever.cited.pop(f"S{first_id + len(hits)}", None)
-        text = render_block(hits, first_id=first_id)
+        retriever.forget(hits.pop())
+        text = render_block(hits, ids=ids)
     if len(text) > limit:
         keep = max(0, len(hits[0].text) - (len(text) - limit) - len(TRUNCATED))
-        text = render_block([dataclasses.replace(hits[0], text=hits[0].text[:keep] + TRUNCATED)], first_id=first_id)
+        cut = hits[0].text[:keep]
+        words = re.match(r"(?s).*\s", cut)  # the last whole word
+        cut = words.group().rstrip() if words else cut
+        text = render_block([dataclasses.replace(hits[0], text=cut + TRUNCATED)], ids=ids)
     return text
 
 

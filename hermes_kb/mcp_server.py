@@ -20,7 +20,6 @@ import dataclasses
 import logging
 import mimetypes
 import threading
-from pathlib import Path
 from typing import Any, Callable, TypeVar
 from urllib.parse import quote, unquote
 
@@ -30,6 +29,7 @@ from mcp.server.lowlevel import Server
 from mcp.server.lowlevel.helper_types import ReadResourceContents
 from mcp.shared.exceptions import McpError
 
+from hermes_kb.agent.knowledgebase.citations import Citations
 from hermes_kb.agent.knowledgebase.context import QUOTE, quote_document
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
 from hermes_kb.tools.knowledgebase_tool import ANNOTATIONS, SCHEMAS, TOOL_ERRORS, run_tool
@@ -72,9 +72,10 @@ def _mime_type(path: str) -> str:
 
 
 # --- what each tool's result looks like to the model ---------------------------------------
-# The text content is what most clients show the model. Document text in it is quoted line by line
-# (as in the chat's context block), so no line of a document can pose as a hit header or a notice;
-# structuredContent carries the same text unquoted, in its own JSON field.
+# The text content is what clients show the model. Document text in it is quoted line by line (as in
+# the chat's context block), so no line of a document can pose as a hit header or a notice.
+# structuredContent carries where each hit is (ids, paths, lines, uri), not the text again: clients
+# such as Hermes's join both for the model, which would otherwise read every passage twice.
 def _label(value: object) -> str:
     """File names and headings come from the disk and can hold anything, newlines included."""
     return " ".join(str(value).split())
@@ -95,7 +96,8 @@ def _search_content(data: dict) -> tuple[str, dict]:
     if not data["hits"]:
         lines.append("No results.")
     lines += [f"warning: {w}" for w in data.get("warnings", [])]
-    return "\n".join(lines).rstrip(), data
+    structured = {**data, "hits": [{k: v for k, v in hit.items() if k != "text"} for hit in data["hits"]]}
+    return "\n".join(lines).rstrip(), structured
 
 
 def _read_content(data: dict) -> tuple[str, dict]:
@@ -103,7 +105,8 @@ def _read_content(data: dict) -> tuple[str, dict]:
     header = (f"{_label(data['directory'])}/{_label(data['path'])} lines {data['start_line']}-{data['end_line']} "
               f"of {data['total_lines']} ({data['uri']})")
     tail = [f"[{data['next']}]"] if data.get("next") else []
-    return "\n".join([_notice(data), "", header, quote_document(data["text"]), *tail]), data
+    structured = {k: v for k, v in data.items() if k != "text"}
+    return "\n".join([_notice(data), "", header, quote_document(data["text"]), *tail]), structured
 
 
 def _status_line(row: dict) -> str:
@@ -186,6 +189,7 @@ class KnowledgebaseMCP:
         # operator's --allow-clear is that switch for kb_clear.
         config = dataclasses.replace(kb.config, allow_model_clear=True) if allow_clear else kb.config
         self.permissions = Permissions(config, ask=None)
+        self.citations = Citations()  # one client, one conversation: ids hold for the server's life
         self._lock = threading.Lock()
 
     async def blocking(self, function: Callable[..., T], *args: Any) -> T:
@@ -212,7 +216,7 @@ class KnowledgebaseMCP:
         if problem:
             return _error(f"{name}: {problem}")
         try:
-            result = await self.blocking(run_tool, name, self.kb, arguments, self.permissions)
+            result = await self.blocking(run_tool, name, self.kb, arguments, self.permissions, self.citations)
             text, structured = CONTENT[name](result)
         except TOOL_ERRORS as exc:
             return _error(str(exc))
@@ -256,8 +260,7 @@ class KnowledgebaseMCP:
             raise McpError(types.ErrorData(code=RESOURCE_NOT_FOUND,
                                            message=f"{name} is not a knowledgebase directory (kb_status lists them)."))
         try:
-            # An absolute path pins the directory; KnowledgeBase.read decides what may be served.
-            window = self.kb.read(str(Path(directory.path) / rel), start_line=1, max_lines=READ_ALL_LINES)
+            window = self.kb.read(rel, start_line=1, max_lines=READ_ALL_LINES, directory=directory.name)
         except USER_ERRORS as exc:
             raise McpError(types.ErrorData(code=RESOURCE_NOT_FOUND, message=str(exc))) from None
         return [ReadResourceContents(content=window.text, mime_type=_mime_type(rel))]

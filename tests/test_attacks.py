@@ -71,7 +71,9 @@ def test_model_cannot_index_a_folder_the_user_did_not(world, directory):
 
 def test_model_cannot_clear_without_the_users_yes(world):
     kb, notes, _ = world
-    assert "needs the user's yes" in call(tools_for(kb), "kb_clear", directory="docs")["error"]
+    nobody = tools_for(kb)  # nobody to ask: kb_clear is not even offered, and a call to it is refused
+    assert "kb_clear" not in {schema["function"]["name"] for schema in nobody.schemas()}
+    assert "error" in call(nobody, "kb_clear", directory="docs")
     questions = []
     declined = tools_for(kb, ask=lambda q: questions.append(q) or False)
     assert "The user declined" in call(declined, "kb_clear", directory="docs")["error"]

@@ -223,18 +223,34 @@ def _hit(n: int, text: str) -> Hit:
                ["vector"], n, f"hash{n}")
 
 
-def test_the_block_stays_under_hermes_spill_limit():
-    class Retriever:
-        injected = {"hash0", "hash1", "hash2"}
-        cited = {"S4": {}, "S5": {}, "S6": {}}
-    retriever = Retriever()
+def test_the_block_stays_under_hermes_spill_limit(plugin, write_config, hermes_home):
+    from hermes_kb.agent.knowledgebase.context import AutoRetriever
+
+    write_config({})
+    retriever = AutoRetriever(plugin.kb(), plugin.config())
     hits = [_hit(0, "a" * 4000), _hit(1, "b" * 4000), _hit(2, "c" * 4000)]
-    text = hermes_plugin.fit_block(hits, retriever, first_id=4)
-    assert len(text) <= hermes_plugin.MAX_CONTEXT_CHARS and "[S5]" in text and "[S6]" not in text
+    retriever.injected.update({"hash0", "hash1", "hash2"})
+    ids = [retriever.citations.id_for(hermes_plugin.hit_key(hit), {}) for hit in hits]
+    text = hermes_plugin.fit_block(hits, retriever, ids)
+    assert len(text) <= hermes_plugin.MAX_CONTEXT_CHARS and "[S2]" in text and "[S3]" not in text
     assert retriever.injected == {"hash0", "hash1"}  # the chunk left out may come in a later turn
-    assert set(retriever.cited) == {"S4", "S5"}  # and is no source of this conversation
-    huge = hermes_plugin.fit_block([_hit(0, "z" * 50_000)], retriever)
-    assert len(huge) <= hermes_plugin.MAX_CONTEXT_CHARS and "kb_read shows the rest" in huge
+    assert set(retriever.cited) == {"S1", "S2"}  # and is no source of this conversation
+    assert retriever.citations.id_for(hermes_plugin.hit_key(hits[2])) == "S4"  # S3 is never reused
+    huge = hermes_plugin.fit_block([_hit(0, "word " * 10_000)], retriever, ["S1"], limit=3000)
+    assert len(huge) <= 3000 and "kb_read shows the rest" in huge
+    assert "word …[truncated" in huge  # cut between words, never inside one
+
+
+def test_the_block_limit_follows_hermes_spill_setting(monkeypatch):
+    import sys
+    import types
+
+    spill = types.ModuleType("tools.hook_output_spill")
+    spill.get_spill_config = lambda: {"enabled": True, "max_chars": 4000}
+    monkeypatch.setitem(sys.modules, "tools.hook_output_spill", spill)
+    assert hermes_plugin.context_limit() == 4000 - hermes_plugin.SPILL_MARGIN
+    spill.get_spill_config = lambda: {"enabled": False, "max_chars": 4000}
+    assert hermes_plugin.context_limit() == hermes_plugin.MAX_CONTEXT_CHARS
 
 
 def test_hermes_kb_on_hermes_command_line_passes_every_word_to_our_parser(ctx, plugin, capsys):

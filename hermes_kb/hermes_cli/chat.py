@@ -21,6 +21,7 @@ from rich.console import Console
 
 from hermes_kb.agent.hooks import PRE_LLM_CALL, HookRegistry
 from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig, expand, show
+from hermes_kb.agent.knowledgebase.citations import Citations
 from hermes_kb.agent.knowledgebase.context import AutoRetriever
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
 from hermes_kb.agent.knowledgebase.watcher import KnowledgebaseWatcher
@@ -63,6 +64,7 @@ class ChatRuntime:
     commands: CommandRegistry
     retriever: AutoRetriever | None
     kb: KnowledgeBase
+    citations: Citations
 
 
 def _start_freshness(kb: KnowledgeBase, config: KnowledgebaseConfig) -> KnowledgebaseWatcher | None:
@@ -94,11 +96,12 @@ def build_runtime(out: Console, err: Console, llm: LLMClient, auto_retrieve: boo
     home = hermes_config.hermes_home()
     kb = KnowledgeBase(kb_config, home)  # one per chat: the embedding model loads once
     tools = ToolRegistry()
-    register_knowledgebase_tools(tools, lambda: kb, lambda: kb_config, ask=confirm)
+    citations = Citations()  # one conversation: the injected blocks and kb_search number sources together
+    register_knowledgebase_tools(tools, lambda: kb, lambda: kb_config, ask=confirm, citations=citations)
     hooks = HookRegistry()
     retriever = None
     if kb_config.enabled and auto_retrieve:
-        retriever = AutoRetriever(kb, kb_config)
+        retriever = AutoRetriever(kb, kb_config, citations=citations)
         hooks.register(PRE_LLM_CALL, lambda user_message, previous_user_message:
                        retriever.block_for(user_message, previous_user_message))
     session = ChatSession(llm, tools, hooks)
@@ -115,6 +118,7 @@ def build_runtime(out: Console, err: Console, llm: LLMClient, auto_retrieve: boo
 
     def new_command(rest: str) -> bool:
         session.reset()
+        citations.clear()
         if retriever:
             retriever.reset()
         out.print("Started a new conversation.")
@@ -126,7 +130,7 @@ def build_runtime(out: Console, err: Console, llm: LLMClient, auto_retrieve: boo
     commands.register(SlashCommand("new", "start a new conversation", new_command))
     commands.register(SlashCommand("quit", "leave the chat", lambda rest: False))
     commands.register(SlashCommand("exit", "leave the chat", lambda rest: False))
-    return ChatRuntime(session, commands, retriever, kb)
+    return ChatRuntime(session, commands, retriever, kb, citations)
 
 
 def _answer(runtime: ChatRuntime, question: str, out: Console, err: Console) -> bool:
@@ -161,7 +165,7 @@ def _show_sources(runtime: ChatRuntime, answer: str, err: Console) -> None:
     """Under the answer (on stderr, so a piped answer stays clean): this turn's injected sources and any
     earlier one the answer cites, each with a location a terminal or editor opens."""
     shown = {record["id"]: record for record in runtime.session.turn_sources()}
-    cited = runtime.retriever.cited if runtime.retriever else {}
+    cited = runtime.citations.records
     for source_id in dict.fromkeys(re.findall(r"S\d+", " ".join(_CITATIONS.findall(answer)))):
         if source_id in cited:
             shown.setdefault(source_id, cited[source_id])

@@ -27,6 +27,7 @@ from .kb_mcp import run_mcp
 from .terminal import printable, safe, short_path
 
 VERBS = ("index", "search", "status", "clear", "doctor", "eval")
+CHAT_WATCH_HINT = "In the chat, set knowledgebase.watch_for_changes: true to keep indexes fresh while you talk."
 
 
 class UsageError(Exception):
@@ -93,7 +94,7 @@ def _emit_json(out: Console, data) -> None:
 
 
 def _index(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
-    summaries = kb.index(args.target, full=args.full, progress=progress_for(err, args.json))
+    summaries = kb.index(args.target, full=args.full, progress=progress_for(args.progress_console or err, args.json))
     failed = 1 if any(s.error for s in summaries) else 0  # the others were indexed all the same
     if args.json:
         _emit_json(out, [s.to_dict() for s in summaries])
@@ -450,8 +451,10 @@ def _with_dash_hint(message: str, argv: list[str], parser: argparse.ArgumentPars
 
 
 def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
-           confirm: Callable[[str], bool] = confirm_at_terminal, prog: str = "hermes kb", foreground: bool = True) -> int:
-    """Parse and run one kb verb; every user error becomes one sentence and exit code 1 (2 for usage)."""
+           confirm: Callable[[str], bool] = confirm_at_terminal, prog: str = "hermes kb", foreground: bool = True,
+           progress: Console | None = None, watch_hint: str = CHAT_WATCH_HINT) -> int:
+    """Parse and run one kb verb; every user error becomes one sentence and exit code 1 (2 for usage).
+    `progress` takes an index run's progress display (default: err)."""
     parser = build_parser(prog)
     try:
         args = parser.parse_args(argv)
@@ -464,8 +467,9 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
     if args.verb is None:
         out.print(safe(parser.format_help()))
         return 0 if not argv else 2
+    args.progress_console = progress
     if args.verb == "watch" and not foreground:
-        err.print("In the chat, set knowledgebase.watch_for_changes: true to keep indexes fresh while you talk.")
+        err.print(safe(watch_hint))
         return 1
     handlers = {"index": _index, "search": _search, "status": _status, "eval": _eval, "watch": _watch, "doctor": _doctor,
                 "clear": lambda kb, a, o, e: _clear(kb, a, o, e, confirm),
@@ -481,11 +485,11 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
 
 
 def run_slash_kb(line: str, kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
-                 confirm: Callable[[str], bool] = confirm_at_terminal) -> int:
+                 confirm: Callable[[str], bool] = confirm_at_terminal, **options) -> int:
     """`/kb index docs` in the chat runs exactly what `hermes kb index docs` runs."""
     try:
         argv = shlex.split(line)
     except ValueError as exc:
         err.print(f"[red]error:[/] {safe(str(exc))}")
         return 2
-    return run_kb(argv, kb_factory, out, err, confirm, prog="/kb", foreground=False)
+    return run_kb(argv, kb_factory, out, err, confirm, prog="/kb", foreground=False, **options)

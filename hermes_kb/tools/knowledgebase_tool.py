@@ -12,6 +12,8 @@ from __future__ import annotations
 import json
 from typing import Callable
 
+from hermes_kb.agent.knowledgebase.citations import Citations
+from hermes_kb.agent.knowledgebase.context import hit_key, location, source_record
 from hermes_kb.agent.knowledgebase.config import DirectoryConfig, KnowledgebaseConfig
 from hermes_kb.agent.knowledgebase.retriever import MODES
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
@@ -43,10 +45,12 @@ SCHEMAS = {
     "kb_read": {
         "description": (
             "Read lines of a file inside an indexed knowledgebase directory, e.g. to see the context around a "
-            "kb_search hit. Paths are as kb_search returns them; only files the index includes can be read "
-            "(never ignored, secret, binary or linked-out files). Says whether the file continues and where."),
+            "kb_search hit or a cited source. The path is as citations show it (DIRECTORY/PATH, e.g. "
+            "docs/guide.md), or a path inside `directory`; only files the index includes can be read (never "
+            "ignored, secret, binary or linked-out files). Says whether the file continues and where."),
         "parameters": {"type": "object", "properties": {
-            "path": {"type": "string", "description": "file path relative to its knowledgebase directory"},
+            "path": {"type": "string", "description": "DIRECTORY/PATH as a citation shows it, or a path inside `directory`"},
+            "directory": {"type": "string", "description": "the knowledgebase directory the path is in (name from kb_status)"},
             "start_line": {"type": "integer", "description": "first line to read, 1-based (default 1)"},
             "max_lines": {"type": "integer", "description": f"lines to read, at most {MAX_READ_LINES} (default 120)"},
         }, "required": ["path"]},
@@ -87,28 +91,34 @@ def _known(kb: KnowledgeBase, target: str) -> DirectoryConfig:
     return directory
 
 
-def _search(kb: KnowledgeBase, args: dict, permissions: Permissions) -> dict:
+def _search(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Citations | None) -> dict:
+    """Hits numbered by the conversation's Citations (shared with the injected block), so a passage keeps
+    its id across calls and turns; a host without a conversation gets S1, S2 ... per call."""
     k = max(1, min(int(args.get("k", 5)), 20))
     directory = str(_known(kb, args["directory"]).path) if args.get("directory") else None
     result = kb.search(args["query"], k=k, directory=directory, mode=args.get("mode", "hybrid"))
+    citations = citations if citations is not None else Citations()
     hits = []
-    for n, hit in enumerate(result.hits, 1):
+    for hit in result.hits:
         text = hit.text if len(hit.text) <= MAX_HIT_CHARS else hit.text[:MAX_HIT_CHARS] + " …[truncated; use kb_read]"
-        hits.append({"id": f"S{n}", "directory": hit.directory, "path": hit.path, "lines": f"{hit.start_line}-{hit.end_line}",
-                     "page": hit.page, "heading": hit.heading, "score": hit.score, "found_by": hit.found_by, "text": text})
+        source_id = citations.id_for(hit_key(hit), source_record("", hit))
+        hits.append({"id": source_id, "directory": hit.directory, "path": hit.path, "cite": f"{hit.directory}/{hit.path}",
+                     "location": location(hit), "lines": f"{hit.start_line}-{hit.end_line}", "page": hit.page,
+                     "heading": hit.heading, "score": hit.score, "found_by": hit.found_by, "text": text})
     return {"query": args["query"], "notice": UNTRUSTED, "hits": hits, "warnings": result.warnings}
 
 
-def _read(kb: KnowledgeBase, args: dict, permissions: Permissions) -> dict:
+def _read(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Citations | None) -> dict:
     max_lines = max(1, min(int(args.get("max_lines", 120)), MAX_READ_LINES))
-    window = kb.read(args["path"], start_line=int(args.get("start_line", 1)), max_lines=max_lines)
+    window = kb.read(args["path"], start_line=int(args.get("start_line", 1)), max_lines=max_lines,
+                     directory=args.get("directory") or None)
     data = {"notice": UNTRUSTED, **window.to_dict()}
     if window.end_line < window.total_lines:
         data["next"] = f"the file continues at line {window.end_line + 1} of {window.total_lines}"
     return data
 
 
-def _index(kb: KnowledgeBase, args: dict, permissions: Permissions) -> list:
+def _index(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Citations | None) -> list:
     target = args.get("directory") or None  # "" would otherwise name the working directory
     if target is not None and kb.indexed_target(target) is None:
         folder = kb.config.ad_hoc(target).path  # an error sentence if it is no folder at all
@@ -118,11 +128,11 @@ def _index(kb: KnowledgeBase, args: dict, permissions: Permissions) -> list:
     return [s.to_dict() for s in kb.index(target)]
 
 
-def _status(kb: KnowledgeBase, args: dict, permissions: Permissions) -> list:
+def _status(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Citations | None) -> list:
     return kb.status()
 
 
-def _clear(kb: KnowledgeBase, args: dict, permissions: Permissions) -> dict:
+def _clear(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Citations | None) -> dict:
     directory = _known(kb, args["directory"])
     permissions.require(CLEAR, f"The model asks to delete the index of {directory.name} ({directory.path}); your "
                                f"files are not touched. Allow? [y/N] ",
@@ -130,7 +140,7 @@ def _clear(kb: KnowledgeBase, args: dict, permissions: Permissions) -> dict:
     return {"cleared": kb.clear(str(directory.path))}
 
 
-HANDLERS: dict[str, Callable[[KnowledgeBase, dict, Permissions], object]] = {
+HANDLERS: dict[str, Callable[[KnowledgeBase, dict, Permissions, Citations | None], object]] = {
     "kb_search": _search, "kb_read": _read, "kb_index": _index, "kb_status": _status, "kb_clear": _clear,
 }
 # MCP-style hints, also the basis of what a host may run without asking.
@@ -146,6 +156,12 @@ TOOL_ERRORS = (*USER_ERRORS, PermissionRefused)
 
 def tools_available(config: KnowledgebaseConfig) -> bool:
     return config.enabled and bool(config.directories)
+
+
+def tool_offered(name: str, config: KnowledgebaseConfig, can_ask: bool = False) -> bool:
+    """Where nobody can be asked, kb_clear is refused unless config allows it, so it is not offered
+    (and costs no tokens on every turn) unless it could work."""
+    return tools_available(config) and (name != "kb_clear" or can_ask or config.allow_model_clear)
 
 
 MAX_TEXT_ARGUMENT = 8_000  # the longest query (service.MAX_QUERY_CHARS); paths and names are far shorter
@@ -177,17 +193,20 @@ def checked_arguments(args: object) -> dict:
     return args
 
 
-def run_tool(name: str, kb: KnowledgeBase, args: dict, permissions: Permissions) -> object:
+def run_tool(name: str, kb: KnowledgeBase, args: dict, permissions: Permissions,
+             citations: Citations | None = None) -> object:
     """Run one kb tool; user-causable failures raise TOOL_ERRORS with the sentence to show."""
-    return HANDLERS[name](kb, checked_arguments(dict(args) if isinstance(args, dict) else args), permissions)
+    return HANDLERS[name](kb, checked_arguments(dict(args) if isinstance(args, dict) else args), permissions, citations)
 
 
-def json_handler(name: str, kb_factory: Callable[[], KnowledgeBase],
-                 permissions_factory: Callable[[], Permissions]) -> Callable[..., str]:
-    """The Hermes handler shape: `(args, **context) -> str`, errors as `{"error": ...}`."""
-    def handler(args: dict, **_context) -> str:
+def json_handler(name: str, kb_factory: Callable[[], KnowledgeBase], permissions_factory: Callable[[], Permissions],
+                 citations_for: Callable[[dict], Citations | None] = lambda context: None) -> Callable[..., str]:
+    """The Hermes handler shape: `(args, **context) -> str`, errors as `{"error": ...}`; `citations_for`
+    finds the conversation's source ids from the host's call context (Hermes passes session_id)."""
+    def handler(args: dict, **context) -> str:
         try:
-            return json.dumps(run_tool(name, kb_factory(), args, permissions_factory()), default=str)
+            return json.dumps(run_tool(name, kb_factory(), args, permissions_factory(), citations_for(context)),
+                              default=str)
         except TOOL_ERRORS as exc:
             return error(str(exc))
     return handler
@@ -195,12 +214,14 @@ def json_handler(name: str, kb_factory: Callable[[], KnowledgeBase],
 
 def register_knowledgebase_tools(registry: ToolRegistry, kb_factory: Callable[[], KnowledgeBase],
                                  config_factory: Callable[[], KnowledgebaseConfig],
-                                 ask: Callable[[str], bool] | None = None) -> None:
+                                 ask: Callable[[str], bool] | None = None,
+                                 citations: Citations | None = None) -> None:
     """kb_factory gives the session's KnowledgeBase (one per chat, so the model loads once); `ask`
-    reaches the person at the terminal, None where nobody can answer."""
+    reaches the person at the terminal, None where nobody can answer; `citations` are the chat's."""
     def permissions() -> Permissions:
         return Permissions(config_factory(), ask)
 
     for name in HANDLERS:
-        registry.register(name, TOOLSET, SCHEMAS[name], json_handler(name, kb_factory, permissions),
-                          lambda: tools_available(config_factory()))
+        registry.register(name, TOOLSET, SCHEMAS[name], json_handler(name, kb_factory, permissions,
+                                                                     lambda context: citations),
+                          lambda name=name: tool_offered(name, config_factory(), can_ask=ask is not None))

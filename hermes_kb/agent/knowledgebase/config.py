@@ -147,6 +147,8 @@ class KnowledgebaseConfig:
     # What a model's tool call may do without the user's yes where nobody can be asked (see tools/permissions.py).
     allow_model_index_new_folders: bool = False
     allow_model_clear: bool = False
+    # /kb in a shared Hermes gateway: chat members may do what the owner may (see hermes_cli/chat_member.py).
+    gateway_full_access: bool = False
     allow_secrets: tuple[str, ...] = ()  # globs of files indexed whole, secrets and all (opt-in, per file)
 
     def directory(self, name_or_path: str) -> DirectoryConfig | None:
@@ -275,6 +277,7 @@ _SCALARS: dict[str, Callable[[str, Any], Any]] = {
     "exclude": _globs,
     "allow_model_index_new_folders": _bool,
     "allow_model_clear": _bool,
+    "gateway_full_access": _bool,
     "allow_secrets": _globs,
 }
 _CHUNKING_KEYS = {"chunk_size": _number(int, 32, 2000), "chunk_overlap": _number(int, 0, 1000)}

@@ -467,22 +467,43 @@ class KnowledgeBase:
         for kind in DERIVED_COPIES:
             self._copies.pop((kind, path), None)
 
-    def read(self, path: str, start_line: int = 1, max_lines: int = 80) -> ReadResult:
-        """A window of a file the index includes; nothing else, whatever the path or its links say."""
+    def read(self, path: str, start_line: int = 1, max_lines: int = 80, directory: str | None = None) -> ReadResult:
+        """A window of a file the index includes; nothing else, whatever the path or its links say.
+
+        `path` is relative to `directory`, or, without one, either DIRECTORY/PATH as citations show it
+        or a path inside some indexed directory; one that names files in two directories is refused
+        with both, never answered with whichever comes first."""
         if start_line < 1 or max_lines < 1:
             raise KnowledgebaseError("start_line and max_lines must be at least 1.")
-        for directory in self.targets(None):
-            rel = self._inside(directory, path)
+        if directory is not None:
+            chosen = self.indexed_target(directory)
+            if chosen is None:
+                raise KnowledgebaseError(f"{directory} is not a knowledgebase directory the user has indexed "
+                                         f"(kb_status lists them).")
+            candidates = [(chosen, path)]
+        else:
+            known = self.targets(None)
+            head, _, rest = path.partition("/")
+            candidates = [(d, path) for d in known] + [(d, rest) for d in known if rest and d.name == head]
+        found: dict[tuple[str, str], ReadResult] = {}
+        for where, inner in candidates:
+            rel = self._inside(where, inner)
             if rel is None:
                 continue
             try:
-                rules = IgnoreRules(directory.path, *self.config.ignore_args(directory))
-                window = readable.read_window(directory.path, rel, rules, self.config.max_file_bytes, start_line, max_lines)
+                rules = IgnoreRules(where.path, *self.config.ignore_args(where))
+                window = readable.read_window(where.path, rel, rules, self.config.max_file_bytes, start_line, max_lines)
             except readable.NotReadable as exc:
                 raise KnowledgebaseError(f"Cannot read {path}: {exc}.") from None
-            if window is None:
-                continue
-            return ReadResult(directory.name, window.rel_path, start_line, window.end_line, window.total_lines, window.text)
+            if window is not None:
+                found.setdefault((where.name, window.rel_path), ReadResult(
+                    where.name, window.rel_path, start_line, window.end_line, window.total_lines, window.text))
+        if len(found) > 1:
+            names = ", ".join(f"{name}/{rel}" for name, rel in found)
+            raise KnowledgebaseError(f"{path} names more than one indexed file ({names}); give one of these, "
+                                     f"or the directory.")
+        if found:
+            return next(iter(found.values()))
         raise KnowledgebaseError(f"{path} is not a file inside an indexed directory.")
 
     @staticmethod

@@ -1,0 +1,118 @@
+"""One source-id scheme for a whole conversation: [S3] always means one passage.
+
+The injected block, kb_search results and MCP answers all take their ids from
+the conversation's `Citations`, so a passage keeps its id however it reached
+the model, and an id never names two passages. A host that keeps the
+conversation but not this process (Hermes's `--resume`, a gateway restart)
+replays the history; `restore` reads the ids already sent back out of it, so
+numbering continues instead of starting over at [S1].
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Iterable
+
+PassageKey = tuple[str, str, int, int, int | None]  # directory, path, start line, end line, page
+# A passage is what a person opens: lines of a text file, or a page of a PDF (its extracted text's
+# line numbers mean nothing to a reader, so chunks of one page share the page's id).
+
+# `[S3] docs/deploy.md lines 4-9 ...` or `[S3] docs/manual.pdf page 2 ...`, as render_block and MCP write them.
+_LABEL = re.compile(r"^\[S(\d+)\] ([^/\n]+)/(.+?) (?:lines (\d+)-(\d+)|page (\d+))", re.M)
+# The same passage in a tool result's JSON: {"id": "S3", "directory": ..., "path": ..., "lines": "4-9", "page": ...}
+_TOOL_ID = re.compile(r'"id":\s*"S(\d+)"')
+
+
+def passage_key(directory: str, path: str, start_line: int, end_line: int, page: int | None) -> PassageKey:
+    if page:
+        return (directory, path, 0, 0, int(page))
+    return (directory, path, int(start_line), int(end_line), None)
+
+
+@dataclass
+class Citations:
+    """The ids given out in one conversation. Thread-safe: the hook and tool calls may race."""
+
+    ids: dict[PassageKey, str] = field(default_factory=dict)
+    records: dict[str, dict] = field(default_factory=dict)  # "S3" -> what it cites (source_record shape)
+    next_id: int = 1
+
+    def __post_init__(self) -> None:
+        self._lock = threading.Lock()
+
+    def id_for(self, key: PassageKey, record: dict | None = None) -> str:
+        """The passage's id: the one it already has, else the next free one."""
+        with self._lock:
+            source_id = self.ids.get(key)
+            if source_id is None:
+                source_id = self.ids[key] = f"S{self.next_id}"
+                self.next_id += 1
+            if record is not None:
+                self.records[source_id] = {**record, "id": source_id}
+            return source_id
+
+    def known(self, key: PassageKey) -> bool:
+        with self._lock:
+            return key in self.ids
+
+    def forget(self, key: PassageKey) -> None:
+        """A passage handed an id but then not sent after all (a block cut to fit): the id is not
+        reused, so nothing already sent can change meaning, but the passage may be sent later."""
+        with self._lock:
+            source_id = self.ids.pop(key, None)
+            self.records.pop(source_id, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.ids.clear()
+            self.records.clear()
+            self.next_id = 1
+
+    def restore(self, texts: Iterable[str]) -> int:
+        """Take back the ids found in earlier messages (blocks and tool results); returns how many.
+        The highest id seen moves the counter on even when its passage cannot be parsed."""
+        found = 0
+        for text in texts:
+            if "[S" not in text and '"S' not in text:
+                continue
+            for match in _LABEL.finditer(text):
+                number, directory, path, start, end, page = match.groups()
+                key = passage_key(directory, path, int(start or 0), int(end or 0), int(page) if page else None)
+                found += self._take(int(number), key)
+            for number in _TOOL_ID.findall(text):
+                with self._lock:
+                    self.next_id = max(self.next_id, int(number) + 1)
+            found += sum(self._take(n, key) for n, key in _tool_passages(text))
+        return found
+
+    def _take(self, number: int, key: PassageKey) -> int:
+        with self._lock:
+            self.next_id = max(self.next_id, number + 1)
+            if key in self.ids:
+                return 0
+            self.ids[key] = f"S{number}"
+            return 1
+
+
+def _tool_passages(text: str) -> list[tuple[int, PassageKey]]:
+    """(id, passage) pairs of a kb_search result replayed as a tool message."""
+    start, end = text.find("{"), text.rfind("}")
+    if start < 0 or '"hits"' not in text:
+        return []
+    try:
+        data = json.loads(text[start:end + 1])
+    except ValueError:
+        return []
+    hits = data.get("hits") if isinstance(data, dict) else None
+    pairs = []
+    for hit in hits if isinstance(hits, list) else []:
+        try:
+            first, _, last = str(hit.get("lines", "0-0")).partition("-")
+            key = passage_key(hit["directory"], hit["path"], int(first), int(last or first), hit.get("page"))
+            pairs.append((int(str(hit["id"]).lstrip("S")), key))
+        except (KeyError, TypeError, ValueError, AttributeError):
+            continue
+    return pairs

@@ -1,0 +1,95 @@
+"""`/kb index` off the chat's path: a run in a thread of its own, visible in `/kb status`.
+
+Hermes calls a slash command's handler on the thread that reads the
+terminal (REPL) or on its event loop (gateway); an index run of minutes must
+block neither. One run at a time per process: a second `/kb index` while one
+works says where the first one is instead of starting a rival writer.
+"""
+
+from __future__ import annotations
+
+import io
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable
+
+from rich.console import Console
+
+
+def _buffer_console(buffer: io.StringIO) -> Console:
+    return Console(file=buffer, width=100, force_terminal=False, no_color=True, highlight=False, emoji=False,
+                   soft_wrap=True)
+
+
+@dataclass
+class _Run:
+    line: str
+    started: float
+    output: io.StringIO = field(default_factory=io.StringIO)
+    errors: io.StringIO = field(default_factory=io.StringIO)
+    progress: io.StringIO = field(default_factory=io.StringIO)  # LineProgress writes a line every few seconds
+    finished: float | None = None
+    code: int | None = None
+
+    def latest_progress(self) -> str:
+        lines = [line for line in self.progress.getvalue().splitlines() if line.strip()]
+        return lines[-1] if lines else "starting"
+
+    def result(self) -> str:
+        return (self.output.getvalue().strip() + "\n" + self.errors.getvalue().strip()).strip() or "done"
+
+
+class BackgroundIndex:
+    """The process's one background index run and the last finished one."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: _Run | None = None
+        self._last: _Run | None = None
+
+    def start(self, line: str, work: Callable[[Console, Console, Console], int],
+              announce: Callable[[str], None] | None = None) -> str:
+        """Run `work(out, err, progress)` in a thread; the sentence to show now. `announce` gets the run's
+        result when it ends (the REPL prints it; a gateway has no channel, so /kb status shows it)."""
+        with self._lock:
+            if self._running is not None:
+                return (f"An index run is already under way (/kb {self._running.line}: "
+                        f"{self._running.latest_progress()}); /kb status shows its progress.")
+            run = self._running = _Run(line, time.time())
+
+        def body() -> None:
+            try:
+                run.code = work(*map(_buffer_console, (run.output, run.errors, run.progress)))
+            except Exception as exc:  # a failure is reported like any result, never lost in a thread
+                run.errors.write(f"error: {exc}\n")
+                run.code = 1
+            finally:
+                run.finished = time.time()
+                with self._lock:
+                    self._running, self._last = None, run
+            if announce is not None:
+                announce(f"📚 /kb {line} finished:\n{run.result()}")
+        threading.Thread(target=body, name="kb-background-index", daemon=True).start()
+        return f"Indexing in the background (/kb {line}); /kb status shows its progress."
+
+    def describe(self) -> str | None:
+        """For /kb status: the run under way with its latest progress, or how the last one ended."""
+        with self._lock:
+            running, last = self._running, self._last
+        if running is not None:
+            return f"/kb {running.line} is running: {running.latest_progress()}"
+        if last is not None:
+            when = time.strftime("%H:%M:%S", time.localtime(last.finished))
+            return f"last /kb {last.line} (finished {when}):\n{last.result()}"
+        return None
+
+    def wait(self, timeout: float) -> bool:
+        """Tests and shutdown: True once no run is under way."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            with self._lock:
+                if self._running is None:
+                    return True
+            time.sleep(0.05)
+        return False
