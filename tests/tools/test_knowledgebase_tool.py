@@ -107,3 +107,33 @@ def test_tools_hidden_when_knowledgebase_disabled_or_empty(hermes_home):
     empty = ToolRegistry()
     register_knowledgebase_tools(empty, lambda: None, lambda: parse_knowledgebase({}))
     assert empty.schemas() == []
+
+
+@pytest.fixture
+def two_directories(tree, make_kb, tmp_path):
+    alpha = tree({"__init__.py": "ALPHA = 1\n", "guide.md": "# Guide\n\nAlpha guide.\n"}, root=tmp_path / "alpha")
+    beta = tree({"__init__.py": "BETA = 2\n", "alpha/notes.md": "# Notes\n\nBeta's alpha folder.\n"},
+                root=tmp_path / "beta")
+    kb = make_kb(alpha, beta)
+    kb.index()
+    registry = ToolRegistry()
+    register_knowledgebase_tools(registry, lambda: kb, lambda: kb.config)
+    return registry
+
+
+def test_kb_read_takes_the_path_a_citation_shows(two_directories):
+    hit = call(two_directories, "kb_search", query="alpha guide", k=1, mode="keyword")["hits"][0]
+    assert hit["cite"] == "alpha/guide.md"
+    read = call(two_directories, "kb_read", path=hit["cite"])
+    assert read["directory"] == "alpha" and "Alpha guide." in read["text"]
+    assert "ALPHA" in call(two_directories, "kb_read", path="__init__.py", directory="alpha")["text"]
+    assert "BETA" in call(two_directories, "kb_read", path="beta/__init__.py")["text"]
+
+
+def test_kb_read_never_guesses_between_directories(two_directories):
+    error = call(two_directories, "kb_read", path="__init__.py")["error"]
+    assert "alpha/__init__.py" in error and "beta/__init__.py" in error
+    # beta holds alpha/notes.md and a directory is named alpha: only one of the two readings is a file
+    assert "Beta's alpha folder." in call(two_directories, "kb_read", path="alpha/notes.md")["text"]
+    assert "not a knowledgebase directory" in call(two_directories, "kb_read", path="x.md", directory="gamma")["error"]
+    assert "not a file" in call(two_directories, "kb_read", path="../beta/__init__.py", directory="alpha")["error"]

@@ -1,0 +1,49 @@
+"""Source ids across one conversation: never two passages under one id, restored from history."""
+
+from __future__ import annotations
+
+import json
+
+from hermes_kb.agent.knowledgebase.citations import Citations, passage_key
+from hermes_kb.agent.knowledgebase.context import looks_like_debris, render_block
+from hermes_kb.agent.knowledgebase.retriever import Hit
+
+
+def _hit(path: str, start: int, end: int, page: int | None = None, directory: str = "docs") -> Hit:
+    return Hit(directory, path, f"/d/{path}", "markdown", start, end, page, "", "text", 0.9, 0.9, 0.9,
+               ["vector"], 1, f"h{path}{start}")
+
+
+def test_a_passage_keeps_its_id_and_an_id_is_never_reused():
+    citations = Citations()
+    a, b = passage_key("docs", "a.md", 1, 9, None), passage_key("docs", "b.md", 1, 9, None)
+    assert citations.id_for(a) == "S1" and citations.id_for(b) == "S2" and citations.id_for(a) == "S1"
+    citations.forget(b)
+    assert citations.id_for(passage_key("docs", "c.md", 3, 4, None)) == "S3"
+    assert citations.id_for(b) == "S4"  # S2 may already be in the model's context: it keeps its meaning
+
+
+def test_pdf_chunks_of_one_page_are_that_page():
+    citations = Citations()
+    assert citations.id_for(passage_key("docs", "m.pdf", 1, 20, 8)) == citations.id_for(passage_key("docs", "m.pdf", 21, 40, 8))
+    assert citations.id_for(passage_key("docs", "m.pdf", 1, 20, 1)) == "S2"
+
+
+def test_restore_reads_blocks_and_tool_results():
+    hits = [_hit("deploy.md", 4, 9), _hit("my notes/plan.md", 1, 3), _hit("manual.pdf", 1, 30, page=8)]
+    block = render_block(hits, ids=["S3", "S4", "S5"])
+    tool = json.dumps({"hits": [{"id": "S7", "directory": "code", "path": "x.py", "lines": "10-20", "page": None}]})
+    citations = Citations()
+    assert citations.restore(["hello", block, f"kb_search result: {tool}", '{"id": "S9"} unparsable']) == 4
+    assert citations.id_for(passage_key("docs", "deploy.md", 4, 9, None)) == "S3"
+    assert citations.id_for(passage_key("docs", "my notes/plan.md", 1, 3, None)) == "S4"
+    assert citations.id_for(passage_key("docs", "manual.pdf", 99, 120, 8)) == "S5"
+    assert citations.id_for(passage_key("code", "x.py", 10, 20, None)) == "S7"
+    assert citations.id_for(passage_key("docs", "new.md", 1, 2, None)) == "S10"  # after every id seen
+
+
+def test_table_debris_is_recognised_and_prose_is_not():
+    debris = "\n".join(f"│ {cell}" for cell in ["4", "CARD32", "MIME_TYPE_OFFSET", "4", "CARD32", "LENGTH", "8", "x"])
+    assert looks_like_debris(debris)
+    assert not looks_like_debris("The zeppelin rollout runs blue green deploys.\nCanary checks run before each wave.")
+    assert not looks_like_debris("| field | type | meaning |\n" * 8)  # rows of a table read as rows

@@ -1,0 +1,225 @@
+"""The plugin as Hermes 0.19.0's two chat hosts meet it: the REPL (the handler called on a plain
+thread) and the gateway (called on its event loop, a returned coroutine awaited; the person
+typing is any chat member). Hermes's real gateway dispatch runs in tests/hermes_host/."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+
+from hermes_kb import hermes_plugin
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase
+
+
+class SlowEmbedder:
+    """The stub, taking `delay` seconds per call: a model load or a big batch, held in a thread."""
+
+    def __init__(self, inner, delay: float):
+        self.inner, self.delay = inner, delay
+        self.identity, self.sends_text_off_machine = inner.identity, False
+
+    def embed_documents(self, texts):
+        time.sleep(self.delay)
+        return self.inner.embed_documents(texts)
+
+    def embed_query(self, text):
+        time.sleep(self.delay)
+        return self.inner.embed_query(text)
+
+
+@pytest.fixture
+def docs(tree):
+    return tree({"deploy.md": "# Deploying\n\nThe zeppelin rollout runs blue green deploys with canary checks.\n",
+                 "notes/cats.md": "# Cats\n\nCats sleep most of the day.\n"})
+
+
+@pytest.fixture
+def embedder(stub_embedder):
+    return SlowEmbedder(stub_embedder, 0.0)
+
+
+@pytest.fixture
+def plugin(embedder, docs, write_config):
+    write_config({"directories": [{"path": str(docs), "name": "docs"}], "relevance_threshold": 0.0})
+    plugin = hermes_plugin.KnowledgebasePlugin(
+        make_kb=lambda config, home: KnowledgeBase(config, home, embedder_factory=lambda: embedder))
+    plugin.kb().index()
+    return plugin
+
+
+def in_gateway(plugin, line: str) -> str | None:
+    """What Hermes's gateway does with a plugin command (gateway/run.py): call it on the loop, await a
+    coroutine it returns."""
+    async def dispatch():
+        result = plugin.slash_command(line)
+        assert asyncio.iscoroutine(result), "in a gateway the handler must hand its work off the loop"
+        return await result
+    return asyncio.run(dispatch())
+
+
+# --- the gateway: never on the loop ---------------------------------------------------------
+def test_gateway_keeps_answering_other_chats_while_kb_works(plugin, embedder):
+    embedder.delay = 1.5  # every search waits 1.5 s for the model
+
+    async def dispatch_with_ticker():
+        gaps, last, done = [], time.perf_counter(), asyncio.Event()
+
+        async def ticker():
+            nonlocal last
+            while not done.is_set():
+                await asyncio.sleep(0.01)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+        tick = asyncio.create_task(ticker())
+        result = plugin.slash_command("search zeppelin rollout")
+        answer = await result
+        done.set()
+        await tick
+        return answer, max(gaps)
+
+    answer, worst_gap = asyncio.run(dispatch_with_ticker())
+    assert "deploy.md" in answer
+    assert worst_gap < 0.1, f"the event loop stalled {worst_gap * 1000:.0f} ms"
+
+
+def test_gateway_index_returns_at_once_and_status_shows_the_run(plugin, embedder, docs):
+    (docs / "new.md").write_text("# New\n\nA zeppelin hangar note.\n")
+    embedder.delay = 1.0
+    started = time.perf_counter()
+    reply = in_gateway(plugin, "index docs")
+    assert time.perf_counter() - started < 0.5 and "in the background" in reply
+    assert "already under way" in in_gateway(plugin, "index")  # one writer at a time
+    assert "/kb index docs is running" in in_gateway(plugin, "status")
+    assert plugin.background.wait(30)
+    status = in_gateway(plugin, "status")
+    assert "last /kb index docs" in status and "1 added" in status
+
+
+# --- the gateway: a chat member is not the owner --------------------------------------------
+@pytest.mark.parametrize("line", [
+    "index /etc", "index ~", "index /", "index ../..", "index {elsewhere}", "index {link}",
+    "clear docs --yes", "clear --yes", "doctor --repair", "eval /tmp", "watch", "mcp",
+    "search sources list --dir /etc", "status /etc", "status ~",
+])
+def test_gateway_members_cannot_widen_or_delete(plugin, line, tmp_path, docs):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "secret.md").write_text("the vault code is 0451\n")
+    (tmp_path / "link").symlink_to(elsewhere)
+    reply = in_gateway(plugin, line.format(elsewhere=elsewhere, link=tmp_path / "link"))
+    assert "gateway" in reply and "gateway_full_access" in reply
+    rows = plugin.kb().status()
+    assert [r["name"] for r in rows] == ["docs"] and rows[0]["files"] == 2  # nothing added, nothing cleared
+    assert "0451" not in in_gateway(plugin, "search vault code 0451")
+
+
+def test_gateway_members_search_and_refresh_what_the_owner_indexed(plugin, docs):
+    assert "deploy.md" in in_gateway(plugin, "search zeppelin --dir docs")
+    assert "docs" in in_gateway(plugin, "status")
+    assert "in the background" in in_gateway(plugin, f"index {docs}")  # the configured folder, by path
+    assert plugin.background.wait(30)
+    assert "Every index is healthy" in in_gateway(plugin, "doctor")
+
+
+def test_gateway_full_access_is_the_operators_switch(plugin, docs, write_config, tmp_path):
+    write_config({"directories": [{"path": str(docs), "name": "docs"}], "gateway_full_access": True})
+    assert "Cleared: docs" in in_gateway(plugin, "clear docs --yes")
+
+
+def test_the_terminal_is_the_owner(plugin, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "a.md").write_text("# A\n\nAlpha notes.\n")
+    announced = []
+    plugin_announce = hermes_plugin._announce_at_terminal
+    try:
+        hermes_plugin._announce_at_terminal = announced.append
+        reply = plugin.slash_command(f"index {other}")  # no running loop: the REPL
+    finally:
+        hermes_plugin._announce_at_terminal = plugin_announce
+    assert isinstance(reply, str) and "in the background" in reply
+    assert plugin.background.wait(30)
+    assert announced and "1 added" in announced[0]
+    assert "Cleared: docs" in plugin.slash_command("clear docs --yes")
+
+
+def test_watch_in_hermes_points_at_what_works_there(plugin):
+    assert "watch_for_changes" in plugin.slash_command("watch") and "Inside Hermes" in plugin.slash_command("watch")
+
+
+# --- one citation scheme for the session ------------------------------------------------------
+def _turn(session: str, message: str, history: list | None = None) -> dict:
+    return {"session_id": session, "user_message": message, "conversation_history": history or [],
+            "platform": "cli"}
+
+
+def test_block_and_kb_search_share_ids_and_a_passage_keeps_its_id(plugin):
+    from tests.test_hermes_plugin import FakeContext
+
+    ctx = FakeContext()
+    plugin.register(ctx)
+    block = ctx.hook("pre_llm_call")(**_turn("s1", "When does the zeppelin rollout run canary checks?"))["context"]
+    assert "[S1] docs/deploy.md" in block
+    search = ctx.tool("kb_search")["handler"]
+    hits = json.loads(search({"query": "zeppelin rollout cats", "k": 2}, session_id="s1"))["hits"]
+    by_path = {hit["path"]: hit["id"] for hit in hits}
+    assert by_path["deploy.md"] == "S1" and by_path["notes/cats.md"] == "S2"  # the same passage, the same id
+    again = json.loads(search({"query": "cats sleep", "k": 1}, session_id="s1"))["hits"]
+    assert again[0]["id"] == "S2" and again[0]["cite"] == "docs/notes/cats.md"
+    other = json.loads(search({"query": "cats sleep", "k": 1}, session_id="s2"))["hits"]
+    assert other[0]["id"] == "S1"  # another conversation numbers its own
+    read = json.loads(ctx.tool("kb_read")["handler"]({"path": again[0]["cite"]}, session_id="s1"))
+    assert read["directory"] == "docs" and "Cats sleep" in read["text"]
+
+
+def test_ids_survive_a_resume(plugin):
+    """A new process (hermes chat --resume, a restarted gateway) replays the history: ids go on."""
+    from tests.test_hermes_plugin import FakeContext
+
+    first = FakeContext()
+    plugin.register(first)
+    question = "When does the zeppelin rollout run canary checks?"
+    block = first.hook("pre_llm_call")(**_turn("s1", question))["context"]
+    tool_result = first.tool("kb_search")["handler"]({"query": "cats sleep", "k": 1}, session_id="s1")
+    history = [{"role": "user", "content": question, "api_content": question + "\n\n" + block},
+               {"role": "assistant", "content": "Tuesdays [S1]."},
+               {"role": "tool", "content": tool_result},
+               {"role": "user", "content": "and the zeppelin canary?"}]
+    restarted = hermes_plugin.KnowledgebasePlugin(make_kb=plugin._make_kb)
+    ctx = FakeContext()
+    restarted.register(ctx)
+    assert ctx.hook("pre_llm_call")(**_turn("s1", "zeppelin rollout canary checks again", history)) is None  # sent
+    hits = json.loads(ctx.tool("kb_search")["handler"]({"query": "zeppelin cats", "k": 2}, session_id="s1"))["hits"]
+    assert {hit["path"]: hit["id"] for hit in hits} == {"deploy.md": "S1", "notes/cats.md": "S2"}
+
+
+# --- small things a user meets -------------------------------------------------------------------
+def test_kb_clear_is_offered_only_where_it_could_run(plugin, docs, write_config):
+    from tests.test_hermes_plugin import FakeContext
+
+    ctx = FakeContext()
+    plugin.register(ctx)
+    assert ctx.tool("kb_clear")["check_fn"]() is False and ctx.tool("kb_search")["check_fn"]() is True
+    write_config({"directories": [{"path": str(docs), "name": "docs"}], "allow_model_clear": True})
+    assert ctx.tool("kb_clear")["check_fn"]() is True
+
+
+@pytest.mark.parametrize("greeting", ["hello there", "hi all!", "thanks so much", "ok, got it", "Good morning everyone"])
+def test_a_greeting_loads_no_model(plugin, greeting):
+    loads = []
+    plugin._make_kb = lambda config, home: loads.append(1)
+    plugin._kbs.clear()
+    assert plugin.pre_llm_call(**_turn("s", greeting)) is None
+    assert not loads
+
+
+def test_a_bad_config_is_said_at_the_terminal_once(plugin, hermes_home, capsys):
+    (hermes_home / "config.yaml").write_text("knowledgebase:\n  alpha: lots\n")
+    for _ in range(3):
+        assert plugin.pre_llm_call(**_turn("s", "zeppelin rollout canary")) is None
+    err = capsys.readouterr().err
+    assert err.count("auto-retrieval is off") == 1 and "alpha" in err
