@@ -37,7 +37,7 @@ from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfi
 from hermes_kb.agent.knowledgebase.context import AutoRetriever, hit_key, is_trivial, render_block
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase, KnowledgebaseError
 from hermes_kb.hermes_cli import config as kb_config_file
-from hermes_kb.hermes_cli.background_index import BackgroundIndex
+from hermes_kb.hermes_cli.background_index import BackgroundIndex, text_console
 from hermes_kb.tools.knowledgebase_tool import HANDLERS, SCHEMAS, TOOLSET, json_handler, tool_offered
 from hermes_kb.tools.permissions import Permissions
 from hermes_kb.tools.registry import argument_problem, error
@@ -215,7 +215,7 @@ class KnowledgebasePlugin:
         except ConfigError as exc:
             return f"error: {exc}"
         buffer = io.StringIO()
-        console = _text_console(buffer)
+        console = text_console(buffer)
 
         def refuse(question: str) -> bool:
             console.print("Nothing is asked inside a slash command: add --yes to clear, e.g. /kb clear NAME --yes",
@@ -330,13 +330,6 @@ class KnowledgebasePlugin:
 
 HERMES_WATCH_HINT = ("Inside Hermes, set knowledgebase.watch_for_changes: true in config.yaml to keep the configured "
                      "folders fresh while Hermes runs; /kb index refreshes them now.")
-
-
-def _text_console(buffer: io.StringIO):
-    from rich.console import Console
-
-    return Console(file=buffer, width=100, force_terminal=False, no_color=True, highlight=False, emoji=False,
-                   soft_wrap=True)
 
 
 def _asks_help(raw_args: str) -> bool:

@@ -16,8 +16,11 @@ from typing import Callable
 
 from rich.console import Console
 
+from .index_progress import IndexingEstimate
 
-def _buffer_console(buffer: io.StringIO) -> Console:
+
+def text_console(buffer: io.StringIO) -> Console:
+    """Plain text for a chat message: no colour, no terminal codes, no emoji substitution."""
     return Console(file=buffer, width=100, force_terminal=False, no_color=True, highlight=False, emoji=False,
                    soft_wrap=True)
 
@@ -28,16 +31,44 @@ class _Run:
     started: float
     output: io.StringIO = field(default_factory=io.StringIO)
     errors: io.StringIO = field(default_factory=io.StringIO)
-    progress: io.StringIO = field(default_factory=io.StringIO)  # LineProgress writes a line every few seconds
+    estimates: list[IndexingEstimate] = field(default_factory=list)  # one per directory, as each starts
     finished: float | None = None
     code: int | None = None
 
+    def progress(self) -> "_Tracked":
+        return _Tracked(self)
+
     def latest_progress(self) -> str:
-        lines = [line for line in self.progress.getvalue().splitlines() if line.strip()]
-        return lines[-1] if lines else "starting"
+        if not self.estimates:
+            return "starting (scanning the files)"
+        estimate = self.estimates[-1]
+        return f"{estimate.directory}: {estimate.line()}"
 
     def result(self) -> str:
         return (self.output.getvalue().strip() + "\n" + self.errors.getvalue().strip()).strip() or "done"
+
+
+class _Tracked:
+    """The progress display of a run nobody watches live: it keeps the estimate /kb status reads, and
+    its notes go to the run's result."""
+
+    def __init__(self, run: _Run):
+        self.run = run
+        self.estimate: IndexingEstimate | None = None
+
+    def start(self, directory: str, total_files: int, total_bytes: int = 0) -> None:
+        self.estimate = IndexingEstimate(directory, total_files, total_bytes)
+        self.run.estimates.append(self.estimate)
+
+    def advance(self, files: int = 0, chunks: int = 0, chunked_bytes: int = 0, chunks_planned: int = 0) -> None:
+        if self.estimate is not None:
+            self.estimate.advance(files, chunks, chunked_bytes, chunks_planned)
+
+    def note(self, text: str) -> None:
+        self.run.errors.write(text + "\n")
+
+    def finish(self) -> None:
+        pass
 
 
 class BackgroundIndex:
@@ -48,10 +79,10 @@ class BackgroundIndex:
         self._running: _Run | None = None
         self._last: _Run | None = None
 
-    def start(self, line: str, work: Callable[[Console, Console, Console], int],
+    def start(self, line: str, work: Callable[[Console, Console, Callable[[], "_Tracked"]], int],
               announce: Callable[[str], None] | None = None) -> str:
-        """Run `work(out, err, progress)` in a thread; the sentence to show now. `announce` gets the run's
-        result when it ends (the REPL prints it; a gateway has no channel, so /kb status shows it)."""
+        """Run `work(out, err, progress_factory)` in a thread; the sentence to show now. `announce` gets the
+        run's result when it ends (the REPL prints it; a gateway has no channel, so /kb status shows it)."""
         with self._lock:
             if self._running is not None:
                 return (f"An index run is already under way (/kb {self._running.line}: "
@@ -60,7 +91,7 @@ class BackgroundIndex:
 
         def body() -> None:
             try:
-                run.code = work(*map(_buffer_console, (run.output, run.errors, run.progress)))
+                run.code = work(text_console(run.output), text_console(run.errors), run.progress)
             except Exception as exc:  # a failure is reported like any result, never lost in a thread
                 run.errors.write(f"error: {exc}\n")
                 run.code = 1

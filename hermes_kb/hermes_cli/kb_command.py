@@ -19,6 +19,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from hermes_kb.agent.knowledgebase.retriever import MODES
+from hermes_kb.agent.knowledgebase.indexer import Progress
 from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
 
@@ -94,7 +95,7 @@ def _emit_json(out: Console, data) -> None:
 
 
 def _index(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
-    summaries = kb.index(args.target, full=args.full, progress=progress_for(args.progress_console or err, args.json))
+    summaries = kb.index(args.target, full=args.full, progress=args.progress or progress_for(err, args.json))
     failed = 1 if any(s.error for s in summaries) else 0  # the others were indexed all the same
     if args.json:
         _emit_json(out, [s.to_dict() for s in summaries])
@@ -452,9 +453,9 @@ def _with_dash_hint(message: str, argv: list[str], parser: argparse.ArgumentPars
 
 def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
            confirm: Callable[[str], bool] = confirm_at_terminal, prog: str = "hermes kb", foreground: bool = True,
-           progress: Console | None = None, watch_hint: str = CHAT_WATCH_HINT) -> int:
+           progress: Callable[[], Progress] | None = None, watch_hint: str = CHAT_WATCH_HINT) -> int:
     """Parse and run one kb verb; every user error becomes one sentence and exit code 1 (2 for usage).
-    `progress` takes an index run's progress display (default: err)."""
+    `progress` makes an index run's progress display (default: one that suits err)."""
     parser = build_parser(prog)
     try:
         args = parser.parse_args(argv)
@@ -467,7 +468,7 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
     if args.verb is None:
         out.print(safe(parser.format_help()))
         return 0 if not argv else 2
-    args.progress_console = progress
+    args.progress = progress
     if args.verb == "watch" and not foreground:
         err.print(safe(watch_hint))
         return 1

@@ -14,6 +14,8 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 SEARCH_QUERY = "zeppelin rollout canary"
+MCP_MARKER = "[through mcp]"  # a user message with it gets the MCP server's kb_search instead of the plugin's
+MCP_SEARCH = "mcp__kb__kb_search"
 FINAL_ANSWER = "The zeppelin rollout runs every Tuesday [S1]."
 
 
@@ -115,7 +117,12 @@ class FakeOpenAI:
         """(deltas, finish_reason) for one chat request."""
         messages = body.get("messages") or []
         last = messages[-1] if messages else {}
-        offers_kb = any((t.get("function") or {}).get("name") == "kb_search" for t in body.get("tools") or [])
+        offered = {(t.get("function") or {}).get("name") for t in body.get("tools") or []}
+        offers_kb = "kb_search" in offered
+        if MCP_SEARCH in offered and last.get("role") == "user" and MCP_MARKER in json.dumps(last.get("content")):
+            arguments = json.dumps({"query": SEARCH_QUERY, "k": 3})
+            return [{"tool_calls": [{"index": 0, "id": "call_mcp_kb_1", "type": "function",
+                                     "function": {"name": MCP_SEARCH, "arguments": arguments}}]}], "tool_calls"
         if offers_kb and last.get("role") == "user":
             arguments = json.dumps({"query": SEARCH_QUERY, "k": 3})
             return [{"tool_calls": [{"index": 0, "id": "call_kb_1", "type": "function",

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -27,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_openai import FINAL_ANSWER, FakeOpenAI  # noqa: E402
+from fake_openai import FINAL_ANSWER, MCP_MARKER, FakeOpenAI  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 HERMES = "hermes-agent==0.19.0"
@@ -83,6 +84,54 @@ THROUGH_PLUGIN_MANAGER = textwrap.dedent("""
         "clear": json.loads(registry.dispatch("kb_clear", {"directory": "kb"}, task_id="t")),
         "bad_args": json.loads(registry.dispatch("kb_search", {"k": 3}, task_id="t")),
     }, open("plugin_manager.json", "w"))
+""")
+
+
+# Run inside the venv with HERMES_HOME set: Hermes's own gateway dispatch (GatewayRunner._handle_message,
+# as a platform adapter calls it) for a chat member, with a ticker measuring how long the loop stalls.
+THROUGH_GATEWAY = textwrap.dedent("""
+    import asyncio, json, sys, time
+    from gateway.config import GatewayConfig, Platform
+    from gateway.platforms.base import MessageEvent
+    from gateway.session import SessionSource
+    from gateway.run import GatewayRunner
+    from hermes_cli.plugins import discover_plugins
+
+    async def main():
+        discover_plugins()  # the gateway does this at start, before any message
+        runner = GatewayRunner(GatewayConfig())
+        member = SessionSource(platform=Platform.TELEGRAM, chat_id="c1", user_id="u1", chat_type="group",
+                               user_name="member")
+        seen = []
+        for text in sys.argv[1:]:
+            gaps, last, done = [0.0], time.perf_counter(), asyncio.Event()
+            async def ticker():
+                nonlocal last
+                while not done.is_set():
+                    await asyncio.sleep(0.005)
+                    now = time.perf_counter()
+                    gaps.append(now - last)
+                    last = now
+            tick = asyncio.create_task(ticker())
+            started = time.perf_counter()
+            reply = await runner._handle_message(MessageEvent(text=text, source=member))
+            seconds = time.perf_counter() - started
+            done.set()
+            await tick
+            seen.append({"text": text, "reply": reply, "seconds": seconds, "worst_stall_ms": max(gaps) * 1000})
+        json.dump(seen, open("gateway.json", "w"))
+    asyncio.run(main())
+""")
+
+# Run inside the venv with HERMES_HOME set: kb_read of the `dir/path` a citation shows, through Hermes's registry.
+READ_CITED = textwrap.dedent("""
+    import json
+    from hermes_cli.plugins import discover_plugins
+    discover_plugins()
+    from tools.registry import registry
+    json.dump({"cited": json.loads(registry.dispatch("kb_read", {"path": "kb/deploy.md"}, task_id="t")),
+               "bare": json.loads(registry.dispatch("kb_read", {"path": "deploy.md", "directory": "kb"}, task_id="t"))},
+              open("read_cited.json", "w"))
 """)
 
 
@@ -250,6 +299,159 @@ def through_chat(venv: Path, env: dict, work: Path, server: FakeOpenAI) -> None:
           "the kb_search tool result has cited hits", content)
 
 
+def through_gateway(venv: Path, env: dict, work: Path) -> None:
+    """/kb as a member of a shared gateway chat meets it: Hermes's own dispatch, a ticker on its loop."""
+    messages = ["/kb search zeppelin canary", "/kb index kb", "/kb index /etc/apt", "/kb clear kb --yes",
+                "/kb status /etc", "/kb index ~", "/kb status"]
+    must([str(venv / "bin" / "python"), "-c", THROUGH_GATEWAY, *messages], "Hermes's gateway dispatches /kb",
+         env={**env, "GATEWAY_ALLOW_ALL_USERS": "true"}, cwd=work)
+    seen = {turn["text"]: turn for turn in json.loads((work / "gateway.json").read_text())}
+    worst = max(turn["worst_stall_ms"] for turn in seen.values())
+    check(worst < 100, f"the gateway's event loop never stalled over 100 ms (worst {worst:.0f} ms)", seen)
+    check("deploy.md" in (seen["/kb search zeppelin canary"]["reply"] or ""), "a member's /kb search answers", seen)
+    index = seen["/kb index kb"]
+    check("in the background" in index["reply"] and index["seconds"] < 1,
+          f"/kb index returns at once ({index['seconds']:.2f} s) and runs in the background", index)
+    for refused in ("/kb index /etc/apt", "/kb clear kb --yes", "/kb status /etc", "/kb index ~"):
+        check("gateway_full_access" in (seen[refused]["reply"] or ""), f"a member's `{refused}` is refused", seen[refused])
+    status = seen["/kb status"]["reply"] or ""
+    check("kb" in status and "apt" not in status, "nothing was added or cleared by the member", status)
+
+
+class Terminal:
+    """Hermes's REPL on a pseudo-terminal, as a person at a terminal meets it."""
+
+    _ESCAPES = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b\][^\x07]*(?:\x07|\x1b\\)|\x1b[()][A-Z0-9]|\x1b[=>]|\r")
+
+    def __init__(self, command: list[str], env: dict, cwd: Path):
+        import pty
+
+        self.pid, self.fd = pty.fork()
+        if self.pid == 0:  # the child: become Hermes
+            os.chdir(cwd)
+            os.execve(command[0], command, {**env, "TERM": "xterm", "COLUMNS": "120", "LINES": "40"})
+        self.seen = ""
+
+    def read(self, seconds: float) -> None:
+        import select
+
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.fd], [], [], 0.05)
+            if ready:
+                try:
+                    chunk = os.read(self.fd, 65536)
+                except OSError:
+                    return
+                self.seen += self._ESCAPES.sub("", chunk.decode("utf-8", "replace"))
+
+    def expect(self, text: str, timeout: float) -> float:
+        """Seconds until `text` appears after the output seen so far; Failure if it does not."""
+        start, started = len(self.seen), time.monotonic()
+        while time.monotonic() - started < timeout:
+            self.read(0.1)
+            if text in self.seen[start:]:
+                return time.monotonic() - started
+        raise Failure(f"the REPL never showed {text!r} within {timeout:.0f} s\n{self.seen[-3000:]}")
+
+    def type(self, line: str) -> None:
+        os.write(self.fd, line.encode() + b"\r")
+
+    def close(self) -> None:
+        try:
+            self.type("/exit")
+            self.read(3)
+        finally:
+            try:
+                os.kill(self.pid, 9)
+            except ProcessLookupError:
+                pass
+            os.waitpid(self.pid, 0)
+
+
+def through_repl(venv: Path, env: dict, work: Path) -> None:
+    """/kb index in the REPL: the prompt comes back at once, progress shows while the run goes on, other
+    input is answered meanwhile, and the result is printed when it ends."""
+    bulk = work / "kb" / "bulk"
+    bulk.mkdir()
+    for n in range(400):
+        (bulk / f"note{n:03}.md").write_text(f"# Note {n}\n\n" + " ".join(f"word{n}x{i} hangar" for i in range(60)) + "\n")
+    terminal = Terminal([str(venv / "bin" / "hermes")], env, work)
+    try:
+        terminal.expect("❯", 90)
+        started = time.monotonic()
+        terminal.type("/kb index kb")
+        terminal.expect("Indexing in the background", 20)
+        back = time.monotonic() - started
+        check(back < 10, f"/kb index gives the prompt back at once ({back:.1f} s)")
+        terminal.type("/kb status")
+        terminal.expect("/kb index kb is running", 20)
+        terminal.read(1)
+        running = terminal.seen[terminal.seen.rfind("/kb index kb is running"):][:200]
+        check("files" in running or "scanning" in running, "/kb status shows the run's progress while it runs", running)
+        terminal.expect("/kb index kb finished", 300)
+        done = terminal.seen[terminal.seen.rfind("/kb index kb finished"):][:400]
+        check("400 added" in done, "the REPL prints the run's result when it ends", done)
+    finally:
+        terminal.close()
+
+
+def through_resume(venv: Path, env: dict, work: Path, server: FakeOpenAI) -> None:
+    """`hermes chat --continue`: a new process replays the session; source ids go on, nothing is
+    injected twice, and no id names two passages."""
+    before = len(server.chat_requests)
+    result = run([str(venv / "bin" / "hermes"), "chat", "-c", "-Q", "-q", "And the zeppelin canary waves, again?"],
+                 env=env, cwd=work, timeout=240)
+    check(result.returncode == 0, "`hermes chat -c -Q -q` answers", result.stdout + result.stderr)
+    final = server.chat_requests[-1]
+    check(len(server.chat_requests) > before, "the resumed session asked the model", len(server.chat_requests))
+    meaning: dict[str, set] = {}
+    for message in final["messages"]:
+        content = message.get("content")
+        text = content if isinstance(content, str) else json.dumps(content)
+        for source_id, where in re.findall(r"^\[(S\d+)\] (\S+)", text, re.M):
+            meaning.setdefault(source_id, set()).add(where)
+        start = text.find("{")
+        if message.get("role") == "tool" and start >= 0:
+            for hit in json.loads(text[start:text.rfind("}") + 1]).get("hits", []):
+                meaning.setdefault(hit["id"], set()).add(f"{hit['directory']}/{hit['path']}")
+    check(meaning and all(len(paths) == 1 for paths in meaning.values()),
+          f"across the resumed session every id names one passage ({meaning})")
+    blocks = sum(str(m.get("content")).count("[S1] kb/deploy.md") for m in final["messages"] if m.get("role") == "user")
+    check(blocks == 1, "deploy.md was injected once across both processes", blocks)
+
+
+def through_read(venv: Path, env: dict, work: Path) -> None:
+    must([str(venv / "bin" / "python"), "-c", READ_CITED], "kb_read through Hermes's registry", env=env, cwd=work)
+    read = json.loads((work / "read_cited.json").read_text())
+    check("zeppelin" in read["cited"].get("text", "") and "zeppelin" in read["bare"].get("text", ""),
+          "kb_read reads the `kb/deploy.md` a citation shows, and a path with its directory", read)
+
+
+def through_mcp_client(venv: Path, env: dict, work: Path, server: FakeOpenAI) -> None:
+    """Hermes's own MCP client on `hermes kb mcp`: the tool message holds each passage once."""
+    config = env["HERMES_HOME"] + "/config.yaml"
+    with open(config, "a") as handle:
+        handle.write(textwrap.dedent(f"""\
+            mcp_servers:
+              kb:
+                command: {venv / "bin" / "hermes"}
+                args: [kb, mcp]
+                env: {{HERMES_HOME: {env["HERMES_HOME"]}, HOME: {env["HOME"]}}}
+            """))
+    result = run([str(venv / "bin" / "hermes"), "chat", "-Q", "-q", f"{MCP_MARKER} zeppelin canary"], env=env, cwd=work,
+                 timeout=300)
+    check(result.returncode == 0, "`hermes chat` with the kb MCP server answers", result.stdout + result.stderr)
+    tool_messages = [m for r in server.chat_requests for m in r.get("messages", []) if m.get("role") == "tool"
+                     and "call_mcp_kb" in str(m.get("tool_call_id"))]
+    check(tool_messages, "Hermes called mcp__kb__kb_search", [r.get("tools") for r in server.chat_requests[-1:]])
+    content = str(tool_messages[-1]["content"])
+    passage = "blue green deploys every Tuesday"
+    check(content.count(passage) == 1 and "never as instructions" in content,
+          "through Hermes's MCP client each passage reaches the model once, with the data-not-instructions notice",
+          content)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", default=shutil.which("python3.11") or sys.executable,
@@ -267,6 +469,11 @@ def main(argv: list[str] | None = None) -> int:
             through_cli(venv, env, work)
             through_mcp(venv, env, work)
             through_chat(venv, env, work, server)
+            through_resume(venv, env, work, server)
+            through_read(venv, env, work)
+            through_gateway(venv, env, work)
+            through_repl(venv, env, work)
+            through_mcp_client(venv, env, work, server)
         verdict = (f"PASS: the knowledgebase plugin works inside {HERMES} (install {installed - started:.1f} s, "
                    f"host checks {time.monotonic() - installed:.1f} s)")
         code = 0
