@@ -11,7 +11,9 @@ What it registers:
   unless config allows them;
 - `/kb ...` in Hermes's chat and `hermes kb ...` on its command line;
 - a `pre_llm_call` hook adding the cited block to a user turn, never the same
-  chunk twice in one session.
+  chunk twice in one session;
+- a `transform_llm_output` hook listing, under an answer, the file behind each
+  [S3] it cites.
 
 Hermes 0.19.0 gives plugins no config accessor, so the `knowledgebase:`
 section is read from Hermes's own config.yaml, under the HERMES_HOME Hermes
@@ -314,6 +316,18 @@ class KnowledgebasePlugin:
             return None
         return {"context": fit_block(block.hits, retriever, block.ids, limit=context_limit())}
 
+    def transform_llm_output(self, response_text: Any = "", session_id: Any = "", **_: Any) -> str | None:
+        """The answer with a `Sources:` footer mapping each [S3] it cites to the file (and lines or page)
+        a person opens; None (the answer unchanged) when it cites no id this session gave out."""
+        try:
+            if not isinstance(response_text, str) or "[S" not in response_text:
+                return None
+            footer = self.citations(session_id).footer(response_text)
+            return f"{response_text.rstrip()}\n\n{footer}" if footer else None
+        except Exception:
+            log.exception("knowledgebase sources footer failed")
+            return None
+
     # --- registration ------------------------------------------------------------------------
     def register(self, ctx: Any) -> None:
         for name in HANDLERS:
@@ -326,6 +340,7 @@ class KnowledgebasePlugin:
                                  setup_fn=self.setup_cli, handler_fn=self.run_cli,
                                  description="Index and search local knowledgebase directories.")
         ctx.register_hook("pre_llm_call", self.pre_llm_call)
+        ctx.register_hook("transform_llm_output", self.transform_llm_output)
 
 
 HERMES_WATCH_HINT = ("Inside Hermes, set knowledgebase.watch_for_changes: true in config.yaml to keep the configured "

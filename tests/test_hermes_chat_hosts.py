@@ -223,3 +223,18 @@ def test_a_bad_config_is_said_at_the_terminal_once(plugin, hermes_home, capsys):
         assert plugin.pre_llm_call(**_turn("s", "zeppelin rollout canary")) is None
     err = capsys.readouterr().err
     assert err.count("auto-retrieval is off") == 1 and "alpha" in err
+
+
+def test_an_answer_lists_the_files_behind_its_ids(plugin, docs):
+    from tests.test_hermes_plugin import FakeContext
+
+    ctx = FakeContext()
+    plugin.register(ctx)
+    ctx.hook("pre_llm_call")(**_turn("s1", "When does the zeppelin rollout run canary checks?"))
+    transform = ctx.hook("transform_llm_output")
+    answered = transform(response_text="Blue green, with canaries [S1]. See also [S7].", session_id="s1")
+    assert answered.startswith("Blue green") and "Sources:\n[S1] docs/deploy.md lines" in answered
+    assert str(docs / "deploy.md") in answered and "[S7]" not in answered.split("Sources:")[1]
+    assert transform(response_text="No sources here.", session_id="s1") is None
+    assert transform(response_text="[S1]", session_id="other") is None  # another session gave out no S1
+    assert transform(response_text=None, session_id=["odd"]) is None

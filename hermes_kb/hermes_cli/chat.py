@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import logging
 import os
-import re
 import sys
 import threading
 import time
@@ -21,7 +20,7 @@ from rich.console import Console
 
 from hermes_kb.agent.hooks import PRE_LLM_CALL, HookRegistry
 from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig, expand, show
-from hermes_kb.agent.knowledgebase.citations import Citations
+from hermes_kb.agent.knowledgebase.citations import Citations, cited_ids
 from hermes_kb.agent.knowledgebase.context import AutoRetriever
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
 from hermes_kb.agent.knowledgebase.watcher import KnowledgebaseWatcher
@@ -37,7 +36,6 @@ from .terminal import printable, safe
 
 log = logging.getLogger(__name__)
 DEFAULT_BASE_URL = "https://api.openai.com/v1"
-_CITATIONS = re.compile(r"\[\s*S\d+(?:\s*[,;]\s*S\d+)*\s*\]")  # [S3], [S1, S4]
 DEFAULT_MODEL = "gpt-4o-mini"
 
 
@@ -166,7 +164,7 @@ def _show_sources(runtime: ChatRuntime, answer: str, err: Console) -> None:
     earlier one the answer cites, each with a location a terminal or editor opens."""
     shown = {record["id"]: record for record in runtime.session.turn_sources()}
     cited = runtime.citations.records
-    for source_id in dict.fromkeys(re.findall(r"S\d+", " ".join(_CITATIONS.findall(answer)))):
+    for source_id in cited_ids(answer):
         if source_id in cited:
             shown.setdefault(source_id, cited[source_id])
     if not shown:

@@ -24,6 +24,12 @@ PassageKey = tuple[str, str, int, int, int | None]  # directory, path, start lin
 _LABEL = re.compile(r"^\[S(\d+)\] ([^/\n]+)/(.+?) (?:lines (\d+)-(\d+)|page (\d+))", re.M)
 # The same passage in a tool result's JSON: {"id": "S3", "directory": ..., "path": ..., "lines": "4-9", "page": ...}
 _TOOL_ID = re.compile(r'"id":\s*"S(\d+)"')
+_CITED = re.compile(r"\[\s*S\d+(?:\s*[,;]\s*S\d+)*\s*\]")  # [S3], [S1, S4] in an answer
+
+
+def cited_ids(answer: str) -> list[str]:
+    """The source ids an answer cites, in order, once each."""
+    return list(dict.fromkeys(re.findall(r"S\d+", " ".join(_CITED.findall(answer)))))
 
 
 def passage_key(directory: str, path: str, start_line: int, end_line: int, page: int | None) -> PassageKey:
@@ -93,8 +99,24 @@ class Citations:
             self.next_id = max(self.next_id, number + 1)
             if key in self.ids:
                 return 0
-            self.ids[key] = f"S{number}"
+            source_id = self.ids[key] = f"S{number}"
+            directory, path, start, end, page = key
+            self.records.setdefault(source_id, {"id": source_id, "directory": directory, "path": path,
+                                                "start_line": start, "end_line": end, "page": page})
             return 1
+
+    def footer(self, answer: str) -> str | None:
+        """`Sources:` lines for the ids an answer cites that this conversation gave out, each with
+        where a person opens it; None when it cites none."""
+        lines = []
+        for source_id in cited_ids(answer):
+            record = self.records.get(source_id)
+            if record is None:
+                continue
+            where = f"page {record['page']}" if record.get("page") else f"lines {record['start_line']}-{record['end_line']}"
+            opens = f" — {record['location']}" if record.get("location") else ""
+            lines.append(f"[{source_id}] {record['directory']}/{record['path']} {where}{opens}")
+        return "Sources:\n" + "\n".join(lines) if lines else None
 
 
 def _tool_passages(text: str) -> list[tuple[int, PassageKey]]:
