@@ -36,11 +36,11 @@ from typing import Any, Callable
 
 from hermes_kb.agent.knowledgebase.citations import Citations
 from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig
-from hermes_kb.agent.knowledgebase.context import AutoRetriever, hit_key, is_trivial, render_block
+from hermes_kb.agent.knowledgebase.context import BLOCK_FOOTER, BLOCK_HEADER, AutoRetriever, hit_key, is_trivial, render_block
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase, KnowledgebaseError
 from hermes_kb.hermes_cli import config as kb_config_file
 from hermes_kb.hermes_cli.background_index import BackgroundIndex, text_console
-from hermes_kb.tools.knowledgebase_tool import HANDLERS, SCHEMAS, TOOLSET, json_handler, tool_offered
+from hermes_kb.tools.knowledgebase_tool import HANDLERS, SCHEMAS, TOOLSET, UNTRUSTED, json_handler, tool_offered
 from hermes_kb.tools.permissions import Permissions
 from hermes_kb.tools.registry import argument_problem, error
 
@@ -358,16 +358,20 @@ def _announce_at_terminal(text: str) -> None:
 
 
 def replayed_texts(history: list) -> list[str]:
-    """Every text of a replayed conversation where source ids may appear: what each user turn was sent
-    with (Hermes keeps it as `api_content`), tool results, and the messages themselves."""
+    """The parts of a replayed conversation that carry the ids this plugin gave out: the cited blocks of
+    what each user turn was sent with (Hermes keeps it as `api_content`) and kb_search results. Not the
+    answers, nor other tools' output: a model or a web page can write any `[S9] path` line."""
     texts = []
     for message in history:
         if not isinstance(message, dict):
             continue
-        for key in ("api_content", "content"):
-            text = _text(message.get(key))
-            if text:
-                texts.append(text)
+        if message.get("role") == "user":
+            sent = _text(message.get("api_content"))
+            texts += [part.split(BLOCK_FOOTER, 1)[0] for part in sent.split(BLOCK_HEADER)[1:]]
+        elif message.get("role") == "tool":
+            result = _text(message.get("content"))
+            if UNTRUSTED in result:
+                texts.append(result)
     return texts
 
 

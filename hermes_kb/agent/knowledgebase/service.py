@@ -113,6 +113,7 @@ class KnowledgeBase:
         # What the configured model will be, known without loading it; an injected embedder must be asked.
         self._expected_identity = None if embedder_factory else expected_identity(config.embedding)
         self._embedder: embeddings.Embedder | None = None
+        self._embedder_lock = threading.Lock()
         self._copies: dict[tuple[str, Path], VectorCache | KeywordCache] = {}  # open memory maps, reused while current
         self._readers: dict[tuple[Path, int], tuple[tuple[int, int], IndexStore]] = {}
 
@@ -123,9 +124,11 @@ class KnowledgeBase:
         return float(measure(query)) if callable(measure) else 1.0
 
     def embedder(self) -> embeddings.Embedder:
-        if self._embedder is None:
-            self._embedder = self._embedder_factory()
-        return self._embedder
+        """Loaded once, even when a background index run and a chat's search both ask first."""
+        with self._embedder_lock:
+            if self._embedder is None:
+                self._embedder = self._embedder_factory()
+            return self._embedder
 
     def targets(self, target: str | None) -> list[DirectoryConfig]:
         """No target: every configured directory. Otherwise a name, a configured path, or any folder."""
