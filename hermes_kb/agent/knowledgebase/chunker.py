@@ -25,7 +25,8 @@ from .code_units import KIND_GRAMMARS, code_segments
 from .config import ChunkingConfig
 from .loaders import Document
 
-CHUNKER_VERSION = 6  # 5: PDFs cut at pages and outline sections; 6: code cut at tree-sitter syntax units (code_units.py)
+CHUNKER_VERSION = 7  # 5: PDFs cut at pages and outline sections; 6: code cut at tree-sitter syntax units (code_units.py);
+# 7: HTML main content only, cited by the source file's lines
 VECTOR_WINDOW = 128  # estimated pieces per embedded window
 WINDOW_OVERLAP = 20
 MAX_WINDOWS = 32  # per chunk; a longer chunk (a large chunk_size) gets proportionally longer windows
@@ -392,9 +393,12 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
             elif layout is not None and (begun := layout.begins(start)) is not None:
                 heading = _unit_heading(file_name, begun)  # a chunk that begins at a definition names it
             page = _page_of(document.page_starts, start, end)
+            first_line, last_line = bisect_right(line_starts, start), bisect_right(line_starts, end - 1)
+            if document.source_lines:  # converted text (HTML): cite the lines of the file a person opens
+                first_line, last_line = document.source_lines[first_line - 1], document.source_lines[last_line - 1]
+                last_line = max(first_line, last_line)
             chunks.append(Chunk(
-                text=text[start:end], start_char=start, end_char=end,
-                start_line=bisect_right(line_starts, start), end_line=bisect_right(line_starts, end - 1),
+                text=text[start:end], start_char=start, end_char=end, start_line=first_line, end_line=last_line,
                 page=page, heading=heading, windows=_windows(base, start, end),
             ))
             heading = segment.heading

@@ -52,14 +52,27 @@ def read_window(root: Path, rel_path: str, rules: IgnoreRules, max_file_bytes: i
                 text = "\n".join(lines) if keep_secrets else redact("\n".join(lines)).text
                 return Window(real_rel, end_line, total, text)
             try:  # a converted format (PDF, DOCX, HTML): its text, not its bytes, from the same descriptor
-                whole = load(read_fd(fd, max_file_bytes), kind).text
+                data = read_fd(fd, max_file_bytes)
+                document = load(data, kind)
             except (AccessError, LoadError) as exc:
                 raise NotReadable(str(exc)) from None
     except AccessError:
         return None
-    lines = (whole if keep_secrets else redact(whole).text).splitlines()
+    lines = (document.text if keep_secrets else redact(document.text).text).splitlines()
+    if document.source_lines and len(document.source_lines) == len(lines):
+        total = data.count(b"\n") + (not data.endswith(b"\n"))
+        return _source_window(real_rel, lines, document.source_lines, total, start_line, max_lines)
     end_line = min(len(lines), start_line + max_lines - 1)
     return Window(real_rel, end_line, len(lines), "\n".join(lines[start_line - 1:end_line]))
+
+
+def _source_window(rel_path: str, lines: list[str], source_lines: tuple[int, ...], total: int, start_line: int,
+                   max_lines: int) -> Window:
+    """Lines of converted text by the source file's line numbers, the numbers search cites (HTML):
+    the text that came from source lines start_line .. start_line + max_lines - 1 of `total`."""
+    last = start_line + max_lines - 1
+    kept = [text for text, source in zip(lines, source_lines) if start_line <= source <= last]
+    return Window(rel_path, min(total, last), total, "\n".join(kept))
 
 
 def _stream_lines(fd: int, start_line: int, max_lines: int) -> tuple[int, int, list[str]]:

@@ -26,6 +26,8 @@ BUILTIN_EXCLUDES = (
     "__pycache__/", ".mypy_cache/", ".pytest_cache/", ".ruff_cache/", ".tox/", ".nox/",
     "build/", "dist/", "target/", ".next/", ".cache/", "*.egg-info/", ".idea/",
     "*.pyc", "*.pyo", ".DS_Store",
+    # Pictures and styling, not text: a docs site's .svg and .css read as markup, not prose.
+    "*.svg", "*.css", "*.map",
     # An index may live inside the directory it describes; never index ourselves.
     "*.sqlite", "*.sqlite-wal", "*.sqlite-shm", "*.sqlite.lock",
     "*.sqlite.vectors", "*.sqlite.vectors.tmp*", "*.sqlite.terms", "*.sqlite.terms.tmp*",
