@@ -97,3 +97,20 @@ def test_the_exact_pass_finds_the_same_chunks_with_or_without_the_phrase_query(t
     phrases.clear()
     assert [h.path for h in kb.search(query, k=5, mode="keyword").hits if "exact" in h.found_by] == ["yes.md"]
     assert phrases
+
+
+def test_a_quoted_name_in_a_pasted_error_does_not_outrank_the_answer(tree, make_kb):
+    """#27: `FATAL: password authentication failed for user "app"` ranked four pages that merely hold
+    the word app above the page about password authentication."""
+    assert literals('FATAL: password authentication failed for user "app"') == [
+        'FATAL: password authentication failed for user "app"']
+    assert literals('how do I pass "--no-deps" to it') == ["--no-deps", 'how do I pass "--no-deps" to it']
+    assert literals('what does "app" mean') == ["app", 'what does "app" mean']  # the query is about it
+    docs = {f"app{i}.md": f"# Callback {i}\n\nThe app callback {i} registers the app with the SSL layer.\n"
+            for i in range(4)}
+    docs["auth.md"] = ("# Password authentication\n\nWhen password authentication failed for a user, check "
+                       "pg_hba.conf and the user's password.\n")
+    kb = make_kb(tree(docs))
+    kb.index()
+    hits = kb.search('FATAL: password authentication failed for user "app"', k=3).hits
+    assert hits[0].path == "auth.md" and not any("exact" in h.found_by for h in hits)

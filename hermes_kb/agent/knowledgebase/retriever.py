@@ -178,9 +178,12 @@ def literals(query: str) -> list[str]:
     """What the user means letter for letter: quoted text, a query that is one identifier, path, flag
     or version (`writer_lock`, `ghcr.io/a/b:1.2`, `--no-deps`, `divideLine`), and a whole query of
     several words (an error message pasted in). A word like `Node.js` or `JavaScript` inside a
-    question is not one: the question asks about it, it does not quote it."""
-    found = [m.strip() for m in re.findall(r'"([^"\n]{2,200})"', query)]
+    question is not one: the question asks about it, it does not quote it. Nor is a single plain word
+    quoted inside a longer message (`... failed for user "app"`): pasted errors quote names, and the
+    message, not the name, is what is asked about."""
     words = query.split()
+    found = [m.strip() for m in re.findall(r'"([^"\n]{2,200})"', query)]
+    found = [quoted for quoted in found if _meant_literally(quoted, len(words))]
     if len(words) == 1:
         word = words[0].strip(_EDGE).rstrip(".:")
         joined = len(re.findall(r"[^\W_]+", word)) >= 2
@@ -189,6 +192,17 @@ def literals(query: str) -> list[str]:
     if len(words) >= WHOLE_QUERY_WORDS:
         found.append(" ".join(words))
     return list(dict.fromkeys(f for f in found if _TERM.search(f)))[:MAX_LITERALS]
+
+
+QUOTED_CONTEXT_WORDS = 3  # a quoted plain word is the point of a query with at most this many other words
+_LITERAL_SHAPE = re.compile(r"[_\-./:@\\]|\d|[a-z][A-Z]")  # an identifier, flag, path or number
+
+
+def _meant_literally(quoted: str, query_words: int) -> bool:
+    """A quoted phrase, identifier, flag or number is meant letter for letter; a quoted plain word only
+    when the query is about little else."""
+    return (len(quoted.split()) >= 2 or bool(_LITERAL_SHAPE.search(quoted))
+            or query_words - len(quoted.split()) <= QUOTED_CONTEXT_WORDS)
 
 
 def _holds(text: str, literal: str) -> bool:
