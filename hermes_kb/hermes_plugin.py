@@ -24,8 +24,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import concurrent.futures
 import dataclasses
 import io
+import json
 import logging
 import re
 import sys
@@ -50,6 +52,7 @@ log = logging.getLogger(__name__)
 # the block stays under that so the model gets the cited text itself.
 MAX_CONTEXT_CHARS = 9_500
 SPILL_MARGIN = 200  # Hermes measures the joined context; leave room for what it adds around ours
+GATEWAY_WORKERS = 2  # /kb commands of gateway chats run at once; more wait their turn
 MAX_SESSIONS = 64  # conversations whose injected chunks are remembered (least recently used go first)
 EMOJI = "📚"
 TRUNCATED = " …[truncated; kb_read shows the rest]"
@@ -103,6 +106,7 @@ class KnowledgebasePlugin:
         self._citations: OrderedDict[str, Citations] = OrderedDict()
         self._warned: str | None = None
         self.background = BackgroundIndex()
+        self._workers = concurrent.futures.ThreadPoolExecutor(max_workers=GATEWAY_WORKERS, thread_name_prefix="kb-slash")
 
     # --- configuration and the knowledgebase --------------------------------------------
     def config(self) -> KnowledgebaseConfig:
@@ -150,11 +154,15 @@ class KnowledgebasePlugin:
         indexing a new folder or clearing an index."""
         return Permissions(self.config(), ask=None)
 
-    def citations(self, session_id: Any) -> Citations:
-        """The session's source ids, shared by the injected block and kb_search."""
+    def citations(self, session_id: Any, create: bool = True) -> Citations | None:
+        """The session's source ids, shared by the injected block and kb_search; with create=False,
+        None for a session that was given none (nothing to look up, nothing to evict for it)."""
         key = session_id if isinstance(session_id, str) and session_id else "default"
         with self._lock:
-            citations = self._citations.pop(key, None) or Citations()
+            citations = self._citations.pop(key, None)
+            if citations is None and not create:
+                return None
+            citations = citations or Citations()
             self._citations[key] = citations
             while len(self._citations) > MAX_SESSIONS:
                 self._citations.popitem(last=False)
@@ -203,15 +211,22 @@ class KnowledgebasePlugin:
             asyncio.get_running_loop()
         except RuntimeError:
             return self.run_slash(raw_args, member=False, announce=_announce_at_terminal)
-        return asyncio.to_thread(self.run_slash, raw_args, True, None)
+        return self._in_worker(raw_args)
+
+    async def _in_worker(self, raw_args: str) -> str | None:
+        """A gateway's /kb on the plugin's own workers, not the loop's default pool, which Hermes uses
+        for every chat's work: a burst of /kb cannot starve the rest of the gateway."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._workers, self.run_slash, raw_args, True, None)
 
     def run_slash(self, raw_args: str, member: bool, announce: Callable[[str], None] | None) -> str | None:
         from hermes_kb.hermes_cli.chat_member import member_refusal
-        from hermes_kb.hermes_cli.kb_command import run_slash_kb
+        from hermes_kb.hermes_cli.kb_command import parse_slash, run_slash_kb
 
+        args = parse_slash(raw_args)  # one reading of the line for every decision below and for the run
         try:
             if member and not self.config().gateway_full_access:
-                refusal = member_refusal(raw_args, self.kb)
+                refusal = member_refusal(args, self.kb)
                 if refusal:
                     return refusal
         except ConfigError as exc:
@@ -224,13 +239,14 @@ class KnowledgebasePlugin:
                           markup=False)
             return False
         options = {"confirm": refuse, "watch_hint": HERMES_WATCH_HINT}
-        verb = raw_args.split(maxsplit=1)[0] if raw_args.split() else ""
-        if verb == "index" and not _asks_help(raw_args):
+        verb = args.verb if args is not None else None
+        if verb == "index":
             return self.background.start(
-                raw_args.strip(), lambda out, err, progress: run_slash_kb(raw_args, self.kb, out, err, progress=progress,
-                                                                          **options), announce)
+                " ".join(raw_args.split()),
+                lambda out, err, progress: run_slash_kb(raw_args, self.kb, out, err, progress=progress, **options),
+                announce)
         run_slash_kb(raw_args, self.kb, console, console, **options)
-        if verb == "status" and "--json" not in raw_args.split():
+        if verb == "status" and not args.json:
             described = self.background.describe()
             if described:
                 console.print(described, markup=False, highlight=False)
@@ -261,6 +277,8 @@ class KnowledgebasePlugin:
         citations = self.citations(session_id)
         with self._lock:
             retriever = self._retrievers.pop(session_id, None)
+            if retriever is not None and retriever.citations is not citations:
+                retriever.citations = citations  # its session's ids were evicted and begun again: one set, always
             if retriever is None or retriever.kb is not kb:
                 previous = retriever
                 retriever = AutoRetriever(kb, config, citations=citations)
@@ -289,7 +307,7 @@ class KnowledgebasePlugin:
         session_id = session_id if isinstance(session_id, str) and session_id else "default"
         citations = self.citations(session_id)
         if not citations.ids and conversation_history:  # a resumed session, or a restarted gateway
-            citations.restore(replayed_texts(conversation_history))
+            citations.restore(*replayed_citations(conversation_history))
         message = _text(user_message)
         if is_trivial(message) and "@kb" not in message:
             return None  # a greeting loads no model
@@ -316,13 +334,17 @@ class KnowledgebasePlugin:
             return None
         return {"context": fit_block(block.hits, retriever, block.ids, limit=context_limit())}
 
-    def transform_llm_output(self, response_text: Any = "", session_id: Any = "", **_: Any) -> str | None:
+    def transform_llm_output(self, response_text: Any = "", session_id: Any = "", platform: Any = "",
+                             **_: Any) -> str | None:
         """The answer with a `Sources:` footer mapping each [S3] it cites to the file (and lines or page)
-        a person opens; None (the answer unchanged) when it cites no id this session gave out."""
+        a person opens; None (the answer unchanged) when it cites no id this session gave out. At the
+        terminal each source carries its absolute path:line; a gateway's members get DIRECTORY/PATH
+        only, not the layout of the host's disk."""
         try:
             if not isinstance(response_text, str) or "[S" not in response_text:
                 return None
-            footer = self.citations(session_id).footer(response_text)
+            citations = self.citations(session_id, create=False)
+            footer = citations.footer(response_text, absolute=platform in ("", "cli")) if citations else None
             return f"{response_text.rstrip()}\n\n{footer}" if footer else None
         except Exception:
             log.exception("knowledgebase sources footer failed")
@@ -347,32 +369,50 @@ HERMES_WATCH_HINT = ("Inside Hermes, set knowledgebase.watch_for_changes: true i
                      "folders fresh while Hermes runs; /kb index refreshes them now.")
 
 
-def _asks_help(raw_args: str) -> bool:
-    return any(word in ("-h", "--help") for word in raw_args.split())
-
-
 def _announce_at_terminal(text: str) -> None:
     """The REPL's output goes through prompt_toolkit's patched stdout, which prints above the prompt
     from any thread."""
     print(text, flush=True)
 
 
-def replayed_texts(history: list) -> list[str]:
-    """The parts of a replayed conversation that carry the ids this plugin gave out: the cited blocks of
-    what each user turn was sent with (Hermes keeps it as `api_content`) and kb_search results. Not the
-    answers, nor other tools' output: a model or a web page can write any `[S9] path` line."""
-    texts = []
+_BLOCK = re.compile(re.escape(BLOCK_HEADER) + r" ([0-9a-f]{8}):.*?" + re.escape(BLOCK_FOOTER) + r" \1\.", re.S)
+
+
+def replayed_citations(history: list) -> tuple[list[str], list[dict]]:
+    """What a replayed conversation shows this plugin gave out: the cited block of each user turn and
+    each kb_search result. Only where Hermes put them: a block is the last one Hermes appended after
+    the user's own text (its `api_content` is the text plus the injected context), fence and all,
+    and a result is the answer to a kb_search call. What a user typed, a model answered or another
+    tool returned can hold any `[S9] path` line and is never read."""
+    blocks, results, searches = [], [], set()
     for message in history:
         if not isinstance(message, dict):
             continue
-        if message.get("role") == "user":
-            sent = _text(message.get("api_content"))
-            texts += [part.split(BLOCK_FOOTER, 1)[0] for part in sent.split(BLOCK_HEADER)[1:]]
-        elif message.get("role") == "tool":
-            result = _text(message.get("content"))
-            if UNTRUSTED in result:
-                texts.append(result)
-    return texts
+        role = message.get("role")
+        if role == "user":
+            typed, sent = _text(message.get("content")), _text(message.get("api_content"))
+            if sent.startswith(typed) and len(sent) > len(typed):
+                found = [match.group() for match in _BLOCK.finditer(sent[len(typed):])]
+                if found:
+                    blocks.append(found[-1])
+        elif role == "assistant":
+            for call in message.get("tool_calls") or []:
+                if isinstance(call, dict) and (call.get("function") or {}).get("name") == "kb_search":
+                    searches.add(call.get("id"))
+        elif role == "tool" and message.get("tool_call_id") in searches:
+            result = _json_object(_text(message.get("content")))
+            if result.get("notice") == UNTRUSTED and isinstance(result.get("hits"), list):
+                results.append(result)
+    return blocks, results
+
+
+def _json_object(text: str) -> dict:
+    start, end = text.find("{"), text.rfind("}")
+    try:
+        value = json.loads(text[start:end + 1]) if start >= 0 else None
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
 
 
 def context_limit() -> int:

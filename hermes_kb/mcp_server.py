@@ -253,6 +253,8 @@ class KnowledgebaseMCP:
     def read_resource(self, uri: str) -> list[ReadResourceContents]:
         try:
             name, rel = parse_uri(uri)
+            if "\x00" in rel:
+                raise ValueError(f"{uri} holds a NUL character, which no file name has.")
         except ValueError as exc:
             raise McpError(types.ErrorData(code=types.INVALID_PARAMS, message=str(exc))) from None
         directory = self.kb.indexed_target(name)

@@ -12,12 +12,10 @@ members may run `/kb` at all, so the two together give "admins only, fully".
 
 from __future__ import annotations
 
-import shlex
+import argparse
 from typing import Callable
 
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase
-
-from .kb_command import HelpRequested, UsageError, build_parser
 
 HOW_TO_ALLOW = ("The machine's owner can run it at the terminal (`hermes kb ...`), or allow it in gateway chats "
                 "with knowledgebase.gateway_full_access: true (best with Hermes's allow_admin_from, so only "
@@ -37,7 +35,9 @@ def _only_indexed(verb: str, what: str, field: str) -> Callable[[object, Knowled
 
 
 def _doctor(args, kb: KnowledgeBase) -> str | None:
-    return "In a gateway chat, /kb doctor checks but does not --repair." if args.repair else None
+    if args.repair:
+        return "In a gateway chat, /kb doctor checks but does not --repair."
+    return _only_indexed("doctor", "checks only", "target")(args, kb)
 
 
 def _refused(what: str) -> Callable[[object, KnowledgeBase], str]:
@@ -57,14 +57,11 @@ MEMBER_RULES: dict[str, Callable[[object, KnowledgeBase], str | None]] = {
 }
 
 
-def member_refusal(line: str, kb_factory: Callable[[], KnowledgeBase]) -> str | None:
-    """None if a gateway chat member may run this `/kb` line; else one sentence saying why not and how
-    the owner allows it. A line that does not parse is left for the verb runner to explain."""
-    try:
-        args = build_parser("/kb").parse_args(shlex.split(line))
-    except (ValueError, UsageError, HelpRequested):
-        return None
-    if args.verb is None:
+def member_refusal(args: argparse.Namespace | None, kb_factory: Callable[[], KnowledgeBase]) -> str | None:
+    """None if a gateway chat member may run this parsed `/kb` line (kb_command.parse_slash); else one
+    sentence saying why not and how the owner allows it. A line that does not parse (None) runs only
+    to print its usage error."""
+    if args is None or args.verb is None:
         return None
     rule = MEMBER_RULES.get(args.verb, _refused(f"/kb {args.verb} is not available"))
     refusal = rule(args, kb_factory())

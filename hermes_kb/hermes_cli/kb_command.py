@@ -485,6 +485,15 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
         return 1
 
 
+def parse_slash(line: str) -> argparse.Namespace | None:
+    """A `/kb` line as run_slash_kb will read it; None when it does not parse or asks for help (what it
+    then prints is left to run_slash_kb). Hosts deciding anything about a line decide on this."""
+    try:
+        return build_parser("/kb").parse_args(shlex.split(line))
+    except (ValueError, UsageError, HelpRequested):
+        return None
+
+
 def run_slash_kb(line: str, kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
                  confirm: Callable[[str], bool] = confirm_at_terminal, **options) -> int:
     """`/kb index docs` in the chat runs exactly what `hermes kb index docs` runs."""

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-
 from hermes_kb.agent.knowledgebase.citations import Citations, passage_key
 from hermes_kb.agent.knowledgebase.context import looks_like_debris, render_block
 from hermes_kb.agent.knowledgebase.retriever import Hit
@@ -30,16 +28,19 @@ def test_pdf_chunks_of_one_page_are_that_page():
 
 
 def test_restore_reads_blocks_and_tool_results():
-    hits = [_hit("deploy.md", 4, 9), _hit("my notes/plan.md", 1, 3), _hit("manual.pdf", 1, 30, page=8)]
-    block = render_block(hits, ids=["S3", "S4", "S5"])
-    tool = json.dumps({"hits": [{"id": "S7", "directory": "code", "path": "x.py", "lines": "10-20", "page": None}]})
+    hits = [_hit("deploy.md", 4, 9), _hit("my notes/plan.md", 1, 3), _hit("manual.pdf", 1, 30, page=8),
+            _hit("deploy.md lines 1-3.md", 7, 7)]
+    block = render_block(hits, ids=["S3", "S4", "S5", "S6"])
+    result = {"hits": [{"id": "S7", "directory": "code", "path": "x.py", "lines": "10-20", "page": None},
+                       {"id": "S9", "directory": "code", "path": "y.py", "lines": "bad"}]}
     citations = Citations()
-    assert citations.restore(["hello", block, f"kb_search result: {tool}", '{"id": "S9"} unparsable']) == 4
+    assert citations.restore([block], [result]) == 5
     assert citations.id_for(passage_key("docs", "deploy.md", 4, 9, None)) == "S3"
     assert citations.id_for(passage_key("docs", "my notes/plan.md", 1, 3, None)) == "S4"
     assert citations.id_for(passage_key("docs", "manual.pdf", 99, 120, 8)) == "S5"
+    assert citations.id_for(passage_key("docs", "deploy.md lines 1-3.md", 7, 7, None)) == "S6"  # a name stays a name
     assert citations.id_for(passage_key("code", "x.py", 10, 20, None)) == "S7"
-    assert citations.id_for(passage_key("docs", "new.md", 1, 2, None)) == "S10"  # after every id seen
+    assert citations.id_for(passage_key("docs", "new.md", 1, 2, None)) == "S8"
 
 
 def test_table_debris_is_recognised_and_prose_is_not():

@@ -10,7 +10,6 @@ numbering continues instead of starting over at [S1].
 
 from __future__ import annotations
 
-import json
 import re
 import threading
 from dataclasses import dataclass, field
@@ -20,10 +19,10 @@ PassageKey = tuple[str, str, int, int, int | None]  # directory, path, start lin
 # A passage is what a person opens: lines of a text file, or a page of a PDF (its extracted text's
 # line numbers mean nothing to a reader, so chunks of one page share the page's id).
 
-# `[S3] docs/deploy.md lines 4-9 ...` or `[S3] docs/manual.pdf page 2 ...`, as render_block and MCP write them.
-_LABEL = re.compile(r"^\[S(\d+)\] ([^/\n]+)/(.+?) (?:lines (\d+)-(\d+)|page (\d+))", re.M)
-# The same passage in a tool result's JSON: {"id": "S3", "directory": ..., "path": ..., "lines": "4-9", "page": ...}
-_TOOL_ID = re.compile(r'"id":\s*"S(\d+)"')
+# A source line of a cited block, as render_block writes it: `[S3] docs/deploy.md lines 4-9 § Heading (score 0.71)`
+# or `[S3] docs/manual.pdf page 2 (score 0.64)`; the path is greedy, so a name holding " lines 1-3" stays a name.
+_LABEL = re.compile(r"^\[S(\d+)\] ([^/\n§]+)/([^\n§]+) (?:lines (\d+)-(\d+)|page (\d+))(?: § [^\n]*)? \(score [\d.]+\)$",
+                    re.M)
 _CITED = re.compile(r"\[\s*S\d+(?:\s*[,;]\s*S\d+)*\s*\]")  # [S3], [S1, S4] in an answer
 
 
@@ -77,64 +76,55 @@ class Citations:
             self.records.clear()
             self.next_id = 1
 
-    def restore(self, texts: Iterable[str]) -> int:
-        """Take back the ids found in earlier messages (blocks and tool results); returns how many.
-        The highest id seen moves the counter on even when its passage cannot be parsed."""
+    def restore(self, blocks: Iterable[str], results: Iterable[dict] = ()) -> int:
+        """Take back the ids given out earlier: from cited blocks this conversation was sent and from
+        kb_search results (parsed JSON); returns how many. The caller vouches that both are ours. An
+        id already naming another passage is never given a second one."""
         found = 0
-        for text in texts:
-            if "[S" not in text and '"S' not in text:
-                continue
-            for match in _LABEL.finditer(text):
+        for block in blocks:
+            for match in _LABEL.finditer(block):
                 number, directory, path, start, end, page = match.groups()
                 key = passage_key(directory, path, int(start or 0), int(end or 0), int(page) if page else None)
                 found += self._take(int(number), key)
-            for number in _TOOL_ID.findall(text):
-                with self._lock:
-                    self.next_id = max(self.next_id, int(number) + 1)
-            found += sum(self._take(n, key) for n, key in _tool_passages(text))
+        for result in results:
+            found += sum(self._take(n, key) for n, key in _result_passages(result))
         return found
 
     def _take(self, number: int, key: PassageKey) -> int:
         with self._lock:
             self.next_id = max(self.next_id, number + 1)
-            if key in self.ids:
+            source_id = f"S{number}"
+            if key in self.ids or source_id in self.ids.values():
                 return 0
-            source_id = self.ids[key] = f"S{number}"
+            self.ids[key] = source_id
             directory, path, start, end, page = key
             self.records.setdefault(source_id, {"id": source_id, "directory": directory, "path": path,
                                                 "start_line": start, "end_line": end, "page": page})
             return 1
 
-    def footer(self, answer: str) -> str | None:
+    def footer(self, answer: str, absolute: bool = True) -> str | None:
         """`Sources:` lines for the ids an answer cites that this conversation gave out, each with
-        where a person opens it; None when it cites none."""
+        where a person opens it (its absolute path:line unless `absolute` is off); None when it cites none."""
         lines = []
         for source_id in cited_ids(answer):
             record = self.records.get(source_id)
             if record is None:
                 continue
             where = f"page {record['page']}" if record.get("page") else f"lines {record['start_line']}-{record['end_line']}"
-            opens = f" — {record['location']}" if record.get("location") else ""
+            opens = f" — {record['location']}" if absolute and record.get("location") else ""
             lines.append(f"[{source_id}] {record['directory']}/{record['path']} {where}{opens}")
         return "Sources:\n" + "\n".join(lines) if lines else None
 
 
-def _tool_passages(text: str) -> list[tuple[int, PassageKey]]:
-    """(id, passage) pairs of a kb_search result replayed as a tool message."""
-    start, end = text.find("{"), text.rfind("}")
-    if start < 0 or '"hits"' not in text:
-        return []
-    try:
-        data = json.loads(text[start:end + 1])
-    except ValueError:
-        return []
-    hits = data.get("hits") if isinstance(data, dict) else None
+def _result_passages(result: dict) -> list[tuple[int, PassageKey]]:
+    """(id, passage) pairs of a kb_search result."""
+    hits = result.get("hits") if isinstance(result, dict) else None
     pairs = []
     for hit in hits if isinstance(hits, list) else []:
         try:
             first, _, last = str(hit.get("lines", "0-0")).partition("-")
             key = passage_key(hit["directory"], hit["path"], int(first), int(last or first), hit.get("page"))
-            pairs.append((int(str(hit["id"]).lstrip("S")), key))
+            pairs.append((int(str(hit["id"]).removeprefix("S")), key))
         except (KeyError, TypeError, ValueError, AttributeError):
             continue
     return pairs
