@@ -309,7 +309,7 @@ class KnowledgebasePlugin:
         if not citations.ids and conversation_history:  # a resumed session, or a restarted gateway
             citations.restore(*replayed_citations(conversation_history))
         message = _text(user_message)
-        if is_trivial(message) and "@kb" not in message:
+        if is_trivial(message):
             return None  # a greeting loads no model
         try:
             config = self.config()

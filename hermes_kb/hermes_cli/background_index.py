@@ -28,12 +28,10 @@ def text_console(buffer: io.StringIO) -> Console:
 @dataclass
 class _Run:
     line: str
-    started: float
     output: io.StringIO = field(default_factory=io.StringIO)
     errors: io.StringIO = field(default_factory=io.StringIO)
     estimates: list[IndexingEstimate] = field(default_factory=list)  # one per directory, as each starts
     finished: float | None = None
-    code: int | None = None
 
     def progress(self) -> "_Tracked":
         return _Tracked(self)
@@ -87,14 +85,13 @@ class BackgroundIndex:
             if self._running is not None:
                 return (f"An index run is already under way (/kb {self._running.line}: "
                         f"{self._running.latest_progress()}); /kb status shows its progress.")
-            run = self._running = _Run(line, time.time())
+            run = self._running = _Run(line)
 
         def body() -> None:
             try:
-                run.code = work(text_console(run.output), text_console(run.errors), run.progress)
+                work(text_console(run.output), text_console(run.errors), run.progress)
             except Exception as exc:  # a failure is reported like any result, never lost in a thread
                 run.errors.write(f"error: {exc}\n")
-                run.code = 1
             finally:
                 run.finished = time.time()
                 with self._lock:
