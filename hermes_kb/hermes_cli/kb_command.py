@@ -17,8 +17,11 @@ from rich import box
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from rich.text import Text
 
+from hermes_kb.agent.knowledgebase import snippets
 from hermes_kb.agent.knowledgebase.retriever import MODES
+from hermes_kb.agent.knowledgebase.snippets import Snippet
 from hermes_kb.agent.knowledgebase.indexer import Progress
 from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
@@ -142,31 +145,23 @@ def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
         heading = f" — {safe(hit.heading)}" if hit.heading else ""
         out.print(f"[bold cyan][S{n}][/] {safe(hit.directory)}:{safe(hit.path)}{where}"
                   f"  [dim](score {hit.score:.3f}, {'+'.join(hit.found_by)})[/]{heading}", highlight=False)
-        for line in snippet_lines(hit.text, hit.kind):
-            out.print("    " + safe(line), highlight=False, soft_wrap=True)
+        for line in snippet_text(hit.snippet or snippets.make(hit.text, hit.kind, [])):
+            out.print(line, highlight=False, soft_wrap=True)
     return 0
 
 
-PROSE_KINDS = frozenset({"markdown", "text", "rst", "html", "pdf", "docx"})  # the rest is code or data
-SNIPPET_LINES = 6
-SNIPPET_LINE_CHARS = 100
-SNIPPET_PROSE_CHARS = 300
-_STRUCTURED_LINE = re.compile(r"\s*([-*+•]\s|\d+[.)]\s|```|\||>\s)")
-
-
-def snippet_lines(text: str, kind: str) -> list[str]:
-    """What a hit shows: code and lists keep their lines (the first few, indentation kept, each cut to a
-    readable width), since flattened code cannot be read; prose paragraphs are one flat line."""
-    lines = textwrap.dedent(text.expandtabs(4)).strip("\n").splitlines()
-    structured = kind not in PROSE_KINDS or sum(1 for line in lines if _STRUCTURED_LINE.match(line)) >= 2
-    if not structured:
-        flat = " ".join(text.split())
-        return [flat[:SNIPPET_PROSE_CHARS] + ("…" if len(flat) > SNIPPET_PROSE_CHARS else "")]
-    kept = [line.rstrip() for line in lines if line.strip()][:SNIPPET_LINES]
-    shown = [line if len(line) <= SNIPPET_LINE_CHARS else line[:SNIPPET_LINE_CHARS - 1] + "…" for line in kept]
-    if len([line for line in lines if line.strip()]) > SNIPPET_LINES:
-        shown.append("…")
-    return shown
+def snippet_text(snippet: Snippet) -> list[Text]:
+    """The snippet's lines for a terminal, the query's words in bold (control characters made visible)."""
+    out = []
+    for line, marks in snippet.lines():
+        text, at = Text("    "), 0
+        for start, end in marks:  # each piece made printable on its own, so escapes never shift a mark
+            text.append(printable(line[at:start]))
+            text.append(printable(line[start:end]), style="bold yellow")
+            at = end
+        text.append(printable(line[at:]))
+        out.append(text)
+    return out
 
 
 def _human_size(size: int) -> str:

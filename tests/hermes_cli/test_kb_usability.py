@@ -17,7 +17,7 @@ from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
 from hermes_kb.hermes_cli import index_progress, kb_command
 from hermes_kb.hermes_cli.commands import CommandRegistry, SlashCommand
 from hermes_kb.hermes_cli.index_progress import IndexingEstimate
-from hermes_kb.hermes_cli.kb_command import VERBS, run_kb, run_slash_kb, snippet_lines
+from hermes_kb.hermes_cli.kb_command import VERBS, run_kb, run_slash_kb
 from hermes_kb.hermes_cli.terminal import short_path
 
 from ..conftest import StubEmbedder
@@ -287,11 +287,15 @@ def test_code_hits_keep_their_lines_and_prose_stays_flat(tree, make_kb):
     assert "We install the tool with a long prose paragraph." in out
 
 
-def test_snippet_lines_keep_lists_and_cut_long_lines():
-    assert snippet_lines("- one\n- two\n- three", "markdown") == ["- one", "- two", "- three"]
-    assert snippet_lines("one\ntwo", "markdown") == ["one two"]
-    long = snippet_lines("x = '" + "y" * 300 + "'", "python")
-    assert len(long) == 1 and len(long[0]) == kb_command.SNIPPET_LINE_CHARS and long[0].endswith("…")
+def test_a_word_at_the_end_of_a_long_paragraph_is_shown_and_marked(tree, make_kb):
+    filler = " ".join(f"plain{i} words" for i in range(120))
+    kb = make_kb(tree({"notes.md": f"# Notes\n\n## Deploying\n\n{filler}. The **rollback** needs a ticket.\n"}))
+    kb.index()
+    _, out, _ = kb_cli(kb, "search", "rollback", "--mode", "keyword")
+    assert "The rollback needs a ticket." in out and "##" not in out and "**" not in out
+    code, out, _ = kb_cli(kb, "search", "rollback", "--mode", "keyword", "--json")
+    snippet = json.loads(out)["hits"][0]["snippet"]
+    assert [snippet["text"][s:e] for s, e in snippet["highlights"]] == ["rollback"]
 
 
 def test_pdf_hits_show_the_page_not_line_numbers(tree, make_kb):

@@ -211,3 +211,44 @@ def looks_like_code(text: str) -> bool:
     if len(lines) < MIN_CODE_LINES:
         return False
     return sum(1 for line in lines if _CODE_LINE.search(line)) >= 0.4 * len(lines)
+
+
+def term_spans(text: str, words: Iterable[str]) -> list[tuple[int, int, str]]:
+    """Where `text` holds the query `words`, as the keyword search sees them: (start, end, term) in
+    `text`'s own offsets. The same tokenizer runs on each of `text`'s runs, in the text's language
+    (as `index_tokens` would stem it), so a highlighted word is one the search matched: `indexes`
+    for "index", the bigram `迁移` inside `数据库迁移`, a Thai cluster whole."""
+    latin = ENGLISH if text.isascii() and _english_looking(text) else chunk_language(text)
+    wanted = {term for word in words for term in tokens(word, latin)}
+    if not wanted:
+        return []
+    spans: list[tuple[int, int, str]] = []
+    for match in _TOKEN.finditer(text):
+        kind, run, start = match.lastgroup, match.group(), match.start()
+        if kind == "word":
+            terms = tokens(run, latin)
+            if terms and terms[0] in wanted:
+                spans.append((start, match.end(), terms[0]))
+            continue
+        units = list(run) if kind == "cjk" else regex.findall(r"\X", run)
+        offsets = [start]
+        for unit in units:
+            offsets.append(offsets[-1] + len(unit))
+        pairs = [(i, i + 1) for i in range(len(units))] if len(units) < 2 else \
+            [(i, i + 2) for i in range(len(units) - 1)]
+        for first, last in pairs:
+            term = _normalised("".join(units[first:last]))
+            if term in wanted:
+                spans.append((offsets[first], offsets[last], term))
+    return _merged(spans)
+
+
+def _merged(spans: list[tuple[int, int, str]]) -> list[tuple[int, int, str]]:
+    """Overlapping bigram matches (`数据`, `据库`) as one span; the first term names it."""
+    out: list[tuple[int, int, str]] = []
+    for start, end, term in spans:
+        if out and start < out[-1][1]:
+            out[-1] = (out[-1][0], max(end, out[-1][1]), out[-1][2])
+        else:
+            out.append((start, end, term))
+    return out

@@ -18,9 +18,10 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import analysis
+from . import analysis, snippets
 from .chunker import estimate_tokens
 from .keyword_cache import KeywordCache, idf
+from .snippets import Snippet
 from .store import VEC_MAX_K, IndexStore
 from .vector_cache import VectorCache
 
@@ -110,6 +111,7 @@ class Hit:
     chunk_id: int
     content_hash: str
     stale: bool = False  # the file changed on disk after it was indexed
+    snippet: Snippet | None = None  # the part of `text` that matched, the query's words marked
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -418,6 +420,7 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
     kept: list[Hit] = []
     spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
     tokens = 0
+    shown_terms = query_terms(query)
     step = max(16, 2 * options.k)  # rows fetched at a time: most searches need only the first window
     for begin in range(0, len(scored), step):
         window = scored[begin:begin + step]
@@ -452,7 +455,7 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
                 vector_score=None if candidate.cosine is None else round(candidate.cosine, 4),
                 keyword_score=None if candidate.bm25 is None else round(candidate.bm25, 4),
                 found_by=candidate.found_by, chunk_id=candidate.chunk_id, content_hash=row.content_hash,
-                stale=freshness == "stale",
+                stale=freshness == "stale", snippet=snippets.make(row.text, row.kind, shown_terms),
             ))
         if len(kept) >= options.k or (window and window[-1][0] < options.min_score):
             break
