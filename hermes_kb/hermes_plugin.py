@@ -174,7 +174,7 @@ class KnowledgebasePlugin:
         saying what is wrong instead of the tools silently vanishing; kb_clear is offered only where
         config would let it run."""
         try:
-            return tool_offered(name, self.config())
+            return tool_offered(name, self.kb())
         except Exception:  # ConfigError, or anything else: never raised into Hermes
             return name != "kb_clear"
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import threading
 import time
@@ -19,12 +18,12 @@ from typing import Callable
 from rich.console import Console
 
 from hermes_kb.agent.hooks import PRE_LLM_CALL, HookRegistry
-from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig, expand, show
+from hermes_kb.agent.knowledgebase.config import KnowledgebaseConfig
 from hermes_kb.agent.knowledgebase.citations import Citations, cited_ids
 from hermes_kb.agent.knowledgebase.context import AutoRetriever
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
 from hermes_kb.agent.knowledgebase.watcher import KnowledgebaseWatcher
-from hermes_kb.agent.llm import LLMClient, LLMConfig, LLMError
+from hermes_kb.agent.llm import LLMClient, LLMError
 from hermes_kb.agent.loop import ChatSession
 from hermes_kb.tools.knowledgebase_tool import register_knowledgebase_tools
 from hermes_kb.tools.registry import ToolRegistry
@@ -32,28 +31,10 @@ from hermes_kb.tools.registry import ToolRegistry
 from . import config as hermes_config
 from .commands import CommandRegistry, SlashCommand
 from .kb_command import VERBS, ask_terminal, run_slash_kb
+from .model_config import llm_config
 from .terminal import printable, safe
 
 log = logging.getLogger(__name__)
-DEFAULT_BASE_URL = "https://api.openai.com/v1"
-DEFAULT_MODEL = "gpt-4o-mini"
-
-
-def llm_config(section: object, base_url: str | None, model: str | None) -> LLMConfig:
-    """`model:` in config.yaml: base_url, name, api_key_env; the key comes from the environment or .env."""
-    section = section or {}
-    if not isinstance(section, dict):
-        raise ConfigError("model must be a mapping with base_url, name and api_key_env.")
-    url = base_url or section.get("base_url") or DEFAULT_BASE_URL
-    if not isinstance(url, str) or not url.startswith(("http://", "https://")):
-        raise ConfigError(f"model.base_url must be an http:// or https:// URL, not {show(url)}.")
-    name = model or section.get("name") or DEFAULT_MODEL
-    if not isinstance(name, str):
-        raise ConfigError(f"model.name must be a model name, not {show(name)}.")
-    key_env = section.get("api_key_env", "OPENAI_API_KEY")
-    if not isinstance(key_env, str) or not key_env:
-        raise ConfigError(f"model.api_key_env must be the name of an environment variable, not {show(key_env)}.")
-    return LLMConfig(base_url=expand(url), model=name, api_key=os.environ.get(key_env) or None)
 
 
 @dataclass
@@ -184,10 +165,13 @@ def run_chat(argv: list[str], out: Console, err: Console) -> int:
     parser.add_argument("--no-auto-retrieve", action="store_true", help="do not inject knowledgebase context")
     args = parser.parse_args(argv)
     try:
-        llm = LLMClient(llm_config(hermes_config.load_config().get("model"), args.base_url, args.model))
+        chosen, notes = llm_config(hermes_config.load_config().get("model"), args.base_url, args.model)
+        llm = LLMClient(chosen)
     except LLMError as exc:
         err.print(f"[red]error:[/] {safe(str(exc))}")
         return 1
+    for note in notes:
+        err.print(f"[yellow]note:[/] {safe(note)}")
     runtime = build_runtime(out, err, llm, auto_retrieve=not args.no_auto_retrieve,
                             confirm=None if args.query else ask_terminal)
     home = hermes_config.hermes_home()

@@ -107,7 +107,10 @@ def _index(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
         if s.error:
             err.print(f"[red]error:[/] {safe(s.error)}")
             continue
-        embedded = f"{s.chunks_embedded} chunks embedded, {s.chunks_reused} reused"
+        repeats = s.chunks_embedded - s.texts_embedded
+        embedded = (f"{s.chunks_embedded} chunks embedded"
+                    + (f" ({repeats} repeat another chunk's text, embedded once)" if repeats else "")
+                    + f", {s.chunks_reused} reused")
         out.print(f"[bold]{safe(s.directory)}[/]: {s.added} added, {s.changed} changed, {s.removed} removed, "
                   f"{s.unchanged} unchanged, {len(s.skipped)} skipped; {embedded}; {s.seconds:.2f} s")
         _print_skipped(s, out)
@@ -268,7 +271,9 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
             out.print(f"[yellow]warning:[/] {safe(row['problem'])}")
         if row.get("vector_search", "ok") != "ok":
             out.print(f"[yellow]warning:[/] {safe(row['vector_search'])}")
-        elif row.get("vector_cache") == "stale" and row.get("vectors"):
+        if row.get("indexing"):
+            continue  # the caches are rebuilt when the run under way ends: nothing for the user to run
+        if row.get("vector_search", "ok") == "ok" and row.get("vector_cache") == "stale" and row.get("vectors"):
             out.print(f"note: {safe(row['name'])}'s vector cache is behind its index, so vector search scans "
                       f"sqlite-vec (slower) until `hermes kb index {safe(row['name'])}` rebuilds it.")
         for kind in ("vector_cache", "keyword_cache"):

@@ -154,14 +154,12 @@ ANNOTATIONS = {
 TOOL_ERRORS = (*USER_ERRORS, PermissionRefused)
 
 
-def tools_available(config: KnowledgebaseConfig) -> bool:
-    return config.enabled and bool(config.directories)
-
-
-def tool_offered(name: str, config: KnowledgebaseConfig, can_ask: bool = False) -> bool:
-    """Where nobody can be asked, kb_clear is refused unless config allows it, so it is not offered
-    (and costs no tokens on every turn) unless it could work."""
-    return tools_available(config) and (name != "kb_clear" or can_ask or config.allow_model_clear)
+def tool_offered(name: str, kb: KnowledgeBase, can_ask: bool = False) -> bool:
+    """Offered while there is something to search: a configured folder or one indexed by hand. Where
+    nobody can be asked, kb_clear is refused unless config allows it, so it is not offered (and costs
+    no tokens on every turn) unless it could work."""
+    config = kb.config
+    return config.enabled and kb.has_directories() and (name != "kb_clear" or can_ask or config.allow_model_clear)
 
 
 MAX_TEXT_ARGUMENT = 8_000  # the longest query (service.MAX_QUERY_CHARS); paths and names are far shorter
@@ -224,4 +222,4 @@ def register_knowledgebase_tools(registry: ToolRegistry, kb_factory: Callable[[]
     for name in HANDLERS:
         registry.register(name, TOOLSET, SCHEMAS[name], json_handler(name, kb_factory, permissions,
                                                                      lambda context: citations),
-                          lambda name=name: tool_offered(name, config_factory(), can_ask=ask is not None))
+                          lambda name=name: tool_offered(name, kb_factory(), can_ask=ask is not None))

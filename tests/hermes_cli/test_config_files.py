@@ -121,3 +121,29 @@ def test_any_config_text_loads_or_is_a_config_error(text):
             assert "\n" not in str(error)
         else:
             assert isinstance(data, dict)
+
+
+def test_hermes_agents_model_section_is_read_not_ignored(monkeypatch):
+    from hermes_kb.hermes_cli.model_config import llm_config
+
+    monkeypatch.setenv("OPENROUTER_API_KEY", "sk-or")
+    chosen, notes = llm_config({"provider": "openrouter", "default": "anthropic/claude-sonnet-4", "context_length": 8})
+    assert (chosen.base_url, chosen.model, chosen.api_key) == (
+        "https://openrouter.ai/api/v1", "anthropic/claude-sonnet-4", "sk-or")
+    assert notes == ["model.context_length is a Hermes Agent setting; `hermes chat` here does not use it."]
+    chosen, _ = llm_config("llama3.1")
+    assert chosen.model == "llama3.1" and chosen.base_url == "https://api.openai.com/v1"
+    chosen, _ = llm_config({"provider": "custom", "base_url": "http://127.0.0.1:8080/v1", "default": "m", "api_key": "k"})
+    assert (chosen.base_url, chosen.model, chosen.api_key) == ("http://127.0.0.1:8080/v1", "m", "k")
+
+
+@pytest.mark.parametrize("section, message", [
+    ({"provider": "nosuch"}, "model.provider 'nosuch' is not one this chat knows"),
+    ({"provider": "custom"}, "model.provider custom needs model.base_url"),
+    ({"defualt": "x"}, "model.defualt is not a known setting; did you mean default?"),
+])
+def test_a_model_section_this_chat_cannot_use_is_one_sentence(hermes_home, capsys, section, message):
+    import yaml
+    (hermes_home / "config.yaml").write_text(yaml.safe_dump({"model": section}))
+    code, out, err = run(capsys, "chat", "-q", "hi")
+    assert code == 1 and message in " ".join(err.split()) and "Traceback" not in err

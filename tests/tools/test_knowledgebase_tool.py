@@ -4,6 +4,7 @@ import os
 import pytest
 
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase
 from hermes_kb.tools.knowledgebase_tool import register_knowledgebase_tools
 from hermes_kb.tools.registry import MAX_RESULT_CHARS, ToolRegistry
 
@@ -98,15 +99,18 @@ def test_raising_handler_and_oversized_results_are_contained():
     assert big["truncated"] and len(big["result"]) == MAX_RESULT_CHARS
 
 
-def test_tools_hidden_when_knowledgebase_disabled_or_empty(hermes_home):
+def test_tools_hidden_when_knowledgebase_disabled_or_empty(hermes_home, tree, make_kb):
     registry = ToolRegistry()
     config = parse_knowledgebase({"enabled": False, "directories": ["/tmp"]})
-    register_knowledgebase_tools(registry, lambda: None, lambda: config)
+    register_knowledgebase_tools(registry, lambda: KnowledgeBase(config, hermes_home), lambda: config)
     assert registry.schemas() == []
     assert "not available" in json.loads(registry.dispatch("kb_status", "{}"))["error"]
     empty = ToolRegistry()
-    register_knowledgebase_tools(empty, lambda: None, lambda: parse_knowledgebase({}))
+    kb = make_kb()
+    register_knowledgebase_tools(empty, lambda: kb, lambda: kb.config)
     assert empty.schemas() == []
+    kb.index(str(tree({"notes.md": "# Notes\n\nIndexed by hand.\n"})))  # no config: a folder indexed by path
+    assert {s["function"]["name"] for s in empty.schemas()} == {"kb_search", "kb_read", "kb_index", "kb_status"}
 
 
 @pytest.fixture

@@ -87,7 +87,8 @@ class IndexSummary:
     removed: int = 0
     unchanged: int = 0
     skipped: list[tuple[str, str]] = field(default_factory=list)
-    chunks_embedded: int = 0
+    chunks_embedded: int = 0  # chunks given new vectors; with chunks_reused, every chunk this run wrote
+    texts_embedded: int = 0  # what the model embedded: a text repeated across chunks counts once
     chunks_reused: int = 0
     secrets_redacted: list[tuple[str, int]] = field(default_factory=list)  # (path, secrets removed)
     seconds: float = 0.0
@@ -154,7 +155,8 @@ class _Run:
             vectors = dict(zip((digest for digest, _ in batch), np.split(flat, ends[:-1])))
             self.store.add_vectors({item.chunk_id: vectors[digest] for digest, _ in batch for item in by_hash[digest]})
             self.progress.advance(chunks=sum(len(by_hash[digest]) for digest, _ in batch))
-        self.summary.chunks_embedded += len(by_hash)
+        self.summary.texts_embedded += len(by_hash)
+        self.summary.chunks_embedded += sum(len(items) for items in by_hash.values())
 
     def process(self, file: ScannedFile, row: FileRow | None, rechunk: bool) -> None:
         try:

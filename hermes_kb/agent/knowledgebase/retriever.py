@@ -311,6 +311,8 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
     candidates = [candidate for by_id in by_source.values() for candidate in by_id.values()]
     for candidate in candidates:
         candidate.keyword_scale = scales.get(candidate.source.key, 0.0)
+    if options.mode == "hybrid" and use_keyword and candidates and not any(deeper.values()):
+        result.warnings.append(f"No indexed text contains {', '.join(terms)}: these hits are only close in meaning.")
     return candidates
 
 

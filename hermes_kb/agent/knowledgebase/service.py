@@ -157,6 +157,11 @@ class KnowledgeBase:
         except KnowledgebaseError:
             return None
 
+    def has_directories(self) -> bool:
+        """Whether anything can be searched: listing folders indexed by hand opens their index files,
+        which a configured directory makes unnecessary."""
+        return bool(self.config.directories) or bool(self._ad_hoc_indexed())
+
     def known_directories(self) -> list[DirectoryConfig]:
         """Configured directories, then folders indexed by path; every name distinct."""
         return [*self.config.directories, *self._ad_hoc_indexed()]
@@ -539,7 +544,7 @@ class KnowledgeBase:
                     row["indexed"] = self.backend.exists(path)
                     row["indexing"] = self.backend.being_indexed(path)
                     if row["indexed"]:
-                        row.update(self._index_status(directory, path))
+                        row.update(self._index_status(directory, path, row["indexing"]))
             except StoreError as exc:
                 row.update(health="corrupt" if isinstance(exc, IndexCorrupt) else "error", problem=str(exc))
             if not directory.path.is_dir():
@@ -554,7 +559,7 @@ class KnowledgeBase:
                                     f"removes it."} for o in self.orphans())
         return rows
 
-    def _index_status(self, directory: DirectoryConfig, path: Path) -> dict:
+    def _index_status(self, directory: DirectoryConfig, path: Path, indexing: bool) -> dict:
         row: dict = {}
         with self.backend.open(path, create=False, name=directory.name) as store:
             meta = store.all_meta()
@@ -565,9 +570,10 @@ class KnowledgeBase:
             row["vector_search"] = self._refusal(directory, store) or "ok"
             if store.reembed_pending():
                 row["chunks_without_vectors"] = store.chunks_without_vectors()
+                finish = ("the index run under way is embedding them" if indexing
+                          else f"`hermes kb index {directory.name}` finishes them")
                 row["vector_search"] = (f"{row['chunks_without_vectors']} chunks of {directory.name} still wait for "
-                                        f"vectors (keyword search has them); an index run under way embeds them, "
-                                        f"else `hermes kb index {directory.name}` finishes them.")
+                                        f"vectors (keyword search has them); {finish}.")
             coverage = meta.get("model_coverage")
             if coverage is not None and float(coverage) < LOW_COVERAGE and row["vector_search"] == "ok" and identity:
                 row["vector_search"] = (
