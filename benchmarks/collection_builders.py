@@ -41,7 +41,7 @@ import json
 import re
 import sys
 import textwrap
-from collections import Counter, defaultdict
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 

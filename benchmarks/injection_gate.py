@@ -5,9 +5,14 @@
 - npm's own docs (/usr/lib/node_modules/npm/docs/content, 91 pages): 60
   questions a user of npm asks, each labelled by hand with the pages that
   answer it (benchmarks/data/npm_docs_questions.tsv).
+- The PostgreSQL 15 manual (Debian's postgresql-doc-15, 1,167 HTML pages): 50
+  questions labelled the same way (benchmarks/data/pg_manual_questions.tsv).
 
 Off-topic: the 201 coding questions in benchmarks/data/offtopic_questions.txt,
-asked of each collection; any injection is a false one.
+asked of each collection, and for the manual also the 40 everyday messages of
+benchmarks/data/offtopic_general.txt (chat, trivia, "quicksort's worst case");
+any injection is a false one. Each docs collection is indexed in a home of its
+own, so no other index answers its questions.
 
 For every question the hits the chat hook sees (default hybrid search, k =
 max_context_chunks + 1) give the gate's `context.confidence` and the block it
@@ -43,8 +48,12 @@ from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
 
 DATA = Path(__file__).resolve().parent / "data"
 OFFTOPIC = DATA / "offtopic_questions.txt"
-DOCS_QUESTIONS = DATA / "npm_docs_questions.tsv"
-NPM_DOCS = Path("/usr/lib/node_modules/npm/docs/content")
+OFFTOPIC_GENERAL = DATA / "offtopic_general.txt"
+# name -> (folder, labelled questions, extra off-topic messages)
+DOCS = {
+    "npm docs": (Path("/usr/lib/node_modules/npm/docs/content"), DATA / "npm_docs_questions.tsv", None),
+    "pg manual": (Path("/usr/share/doc/postgresql-doc-15/html"), DATA / "pg_manual_questions.tsv", OFFTOPIC_GENERAL),
+}
 GRID = [round(0.50 + 0.025 * i, 3) for i in range(21)]
 MIN_BLOCK_PRECISION, MAX_FALSE_RATE = 0.85, 0.02
 
@@ -55,6 +64,7 @@ class Collection:
     kb: KnowledgeBase
     questions: list[str]
     answers: list[set[str]]  # the files that answer each question
+    offtopic: list[str]
 
 
 @dataclass
@@ -82,7 +92,11 @@ def rates(on_topic: list[Seen], off_topic: list[Seen], threshold: float) -> tupl
     return share, top, block, sum(s.confidence >= threshold for s in off_topic) / len(off_topic)
 
 
-def collections(dataset: Path, overrides: dict, home: Path) -> dict[str, Collection]:
+def lines_of(path: Path) -> list[str]:
+    return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
+
+
+def collections(dataset: Path, overrides: dict, home: Path, offtopic: list[str]) -> dict[str, Collection]:
     config = parse_knowledgebase(overrides)
     found: dict[str, Collection] = {}
     embedder = None
@@ -94,16 +108,18 @@ def collections(dataset: Path, overrides: dict, home: Path) -> dict[str, Collect
         embedder = embedder or kb.embedder
         by_name = {v: k for k, v in names.items()}
         found[f"{data.name} {split}"] = Collection(f"{data.name} {split}", kb, list(data.queries.values()),
-                                                   [{by_name[d] for d in data.qrels[q]} for q in data.queries])
-    if NPM_DOCS.is_dir():
-        rows = [line.split("\t") for line in DOCS_QUESTIONS.read_text().splitlines() if line and not line.startswith("#")]
-        docs_config = parse_knowledgebase({**overrides, "directories": [{"path": str(NPM_DOCS), "name": "npm-docs-gate"}]})
-        kb = KnowledgeBase(docs_config, home, embedder_factory=embedder)
+                                                   [{by_name[d] for d in data.qrels[q]} for q in data.queries], offtopic)
+    for name, (folder, questions, extra) in DOCS.items():
+        if not folder.is_dir():
+            print(f"{folder} is missing: {name} skipped", file=sys.stderr)
+            continue
+        rows = [line.split("\t") for line in lines_of(questions)]
+        slug = name.replace(" ", "-")
+        docs_config = parse_knowledgebase({**overrides, "directories": [{"path": str(folder), "name": slug}]})
+        kb = KnowledgeBase(docs_config, home / "gate-homes" / slug, embedder_factory=embedder)
         kb.index()
-        found["npm docs"] = Collection("npm docs", kb, [q for q, _ in rows],
-                                       [set(a.strip().split(",")) for _, a in rows])
-    else:
-        print(f"{NPM_DOCS} is missing (Debian's npm package): docs calibration skipped", file=sys.stderr)
+        found[name] = Collection(name, kb, [q for q, _ in rows], [set(a.strip().split(",")) for _, a in rows],
+                                 offtopic + (lines_of(extra) if extra else []))
     return found
 
 
@@ -115,12 +131,11 @@ def main() -> None:
     args = parser.parse_args()
     overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
     config = parse_knowledgebase(overrides)
-    offtopic = [line.strip() for line in OFFTOPIC.read_text().splitlines() if line.strip()]
     k = config.max_context_chunks + 1
-    found = collections(args.dataset, overrides, hermes_home())
+    found = collections(args.dataset, overrides, hermes_home(), lines_of(OFFTOPIC))
     hooks = {name: AutoRetriever(c.kb, c.kb.config) for name, c in found.items()}
     measured = {name: ([seen(hooks[name], q, a, k) for q, a in zip(c.questions, c.answers)],
-                       [seen(hooks[name], q, set(), k) for q in offtopic]) for name, c in found.items()}
+                       [seen(hooks[name], q, set(), k) for q in c.offtopic]) for name, c in found.items()}
     train = f"{args.dataset.name} train"
     chosen = next((t for t in GRID if rates(*measured[train], t)[2] >= MIN_BLOCK_PRECISION
                    and all(rates(*m, t)[3] <= MAX_FALSE_RATE for m in measured.values())), GRID[-1])
@@ -131,7 +146,8 @@ def main() -> None:
             share, top, block, false = rates(*measured[name], threshold)
             row.append(f"{share:.2f} · {top:.2f} / {block:.2f} · {false:.3f}")
         rows.append(row + ["◀" if threshold == chosen else ""])
-    report(f"Injection gate: injection rate · precision top / block · false injection ({len(offtopic)} off-topic)",
+    report("Injection gate: injection rate · precision top / block · false injection (off-topic: "
+           + ", ".join(f"{name} {len(c.offtopic)}" for name, c in found.items()) + ")",
            ["threshold", *measured, "chosen"], rows, write=not args.no_write)
     # Confirm through the real hook code path at the configured threshold and at the chosen one.
     confirm = []
@@ -143,9 +159,9 @@ def main() -> None:
             blocks = [AutoRetriever(c.kb, gated).block_for(q) for q in c.questions]
             injected = [(b, a) for b, a in zip(blocks, c.answers) if b]
             right = sum(any(h.path in a for h in b.hits) for b, a in injected)
-            false = sum(AutoRetriever(c.kb, gated).block_for(q) is not None for q in offtopic)
+            false = sum(AutoRetriever(c.kb, gated).block_for(q) is not None for q in c.offtopic)
             confirm.append([threshold, name, len(c.questions), len(injected), f"{len(injected) / len(c.questions):.3f}",
-                            f"{right / max(len(injected), 1):.3f}", f"{false}/{len(offtopic)}"])
+                            f"{right / max(len(injected), 1):.3f}", f"{false}/{len(c.offtopic)}"])
     report("Injection gate through AutoRetriever", ["relevance_threshold", "collection", "questions", "injected",
                                                      "injection rate", "precision (block)", "false injections"],
            confirm, write=not args.no_write)

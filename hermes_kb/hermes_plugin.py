@@ -38,7 +38,7 @@ from typing import Any, Callable
 
 from hermes_kb.agent.knowledgebase.citations import Citations
 from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig
-from hermes_kb.agent.knowledgebase.context import BLOCK_FOOTER, BLOCK_HEADER, AutoRetriever, hit_key, is_trivial, render_block
+from hermes_kb.agent.knowledgebase.context import BLOCK_FOOTER, BLOCK_HEADER, AutoRetriever, is_trivial, render_block
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase, KnowledgebaseError
 from hermes_kb.hermes_cli import config as kb_config_file
 from hermes_kb.hermes_cli.background_index import BackgroundIndex, text_console

@@ -89,7 +89,7 @@ def _search_content(data: dict) -> tuple[str, dict]:
     lines = [_notice(data), ""]
     for hit in data["hits"]:
         hit["uri"] = file_uri(hit["directory"], hit["path"])
-        where = f"page {hit['page']}" if hit.get("page") else f"lines {hit['lines']}"  # a PDF's lines mean nothing
+        where = hit.get("part") or f"lines {hit['lines']}"  # a PDF's lines mean nothing: its page
         heading = f" — {_label(hit['heading'])}" if hit.get("heading") else ""
         lines += [f"[{hit['id']}] {_label(hit['directory'])}/{_label(hit['path'])} {where}{heading} "
                   f"({hit['uri']})", quote_document(hit["text"].strip()), ""]

@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import shlex
 import sys
-import textwrap
 import time
 from typing import Callable
 
@@ -144,7 +142,7 @@ def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     if not result.hits:
         out.print("No results.")
     for n, hit in enumerate(result.hits, 1):
-        where = f" page {hit.page}" if hit.page else f":{hit.start_line}-{hit.end_line}"
+        where = f" {hit.part}" if hit.part else f":{hit.start_line}-{hit.end_line}"
         heading = f" — {safe(hit.heading)}" if hit.heading else ""
         out.print(f"[bold cyan][S{n}][/] {safe(hit.directory)}:{safe(hit.path)}{where}"
                   f"  [dim](score {hit.score:.3f}, {'+'.join(hit.found_by)})[/]{heading}", highlight=False)

@@ -103,7 +103,7 @@ def _search(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: 
         text = hit.text if len(hit.text) <= MAX_HIT_CHARS else hit.text[:MAX_HIT_CHARS] + " …[truncated; use kb_read]"
         source_id = citations.id_for(hit_key(hit), source_record("", hit))
         hits.append({"id": source_id, "directory": hit.directory, "path": hit.path, "cite": f"{hit.directory}/{hit.path}",
-                     "location": location(hit), "lines": f"{hit.start_line}-{hit.end_line}", "page": hit.page,
+                     "location": location(hit), "lines": f"{hit.start_line}-{hit.end_line}", "page": hit.page, "part": hit.part,
                      "heading": hit.heading, "score": hit.score, "found_by": hit.found_by, "text": text})
     return {"query": args["query"], "notice": UNTRUSTED, "hits": hits, "warnings": result.warnings}
 
@@ -136,7 +136,7 @@ def _clear(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: C
     directory = _known(kb, args["directory"])
     permissions.require(CLEAR, f"The model asks to delete the index of {directory.name} ({directory.path}); your "
                                f"files are not touched. Allow? [y/N] ",
-                        f"kb_clear deletes an index, which needs the user's yes.")
+                        "kb_clear deletes an index, which needs the user's yes.")
     return {"cleared": kb.clear(str(directory.path))}
 
 

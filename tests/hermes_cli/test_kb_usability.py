@@ -14,7 +14,7 @@ from prompt_toolkit.document import Document
 from rich.console import Console
 
 from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
-from hermes_kb.hermes_cli import index_progress, kb_command
+from hermes_kb.hermes_cli import index_progress
 from hermes_kb.hermes_cli.commands import CommandRegistry, SlashCommand
 from hermes_kb.hermes_cli.index_progress import IndexingEstimate
 from hermes_kb.hermes_cli.kb_command import VERBS, run_kb, run_slash_kb
@@ -246,20 +246,18 @@ def test_short_path_keeps_home_start_and_end():
 
 def test_an_index_built_for_the_first_time_shows_as_indexing(tree, make_kb):
     root = tree({"a.md": "# A\n\nalpha\n"}, root=tree({}).parent / "fresh")
-    looked = threading.Event()
+    looked, embedding = threading.Event(), threading.Event()
 
     class WaitingEmbedder(StubEmbedder):
         def embed_documents(self, texts):
-            looked.wait(30)  # the first run stays under way until status has been read
+            embedding.set()  # the run is under way: its file written, its lock held
+            looked.wait(30)  # and stays so until status has been read
             return super().embed_documents(texts)
 
     kb = make_kb(embedder=WaitingEmbedder())
     runner = threading.Thread(target=lambda: kb.index(str(root)), daemon=True)
     runner.start()
-    index_dir = Path(os.environ["HERMES_HOME"]) / "knowledgebase" / "indexes"
-    deadline = time.time() + 20
-    while time.time() < deadline and not list(index_dir.glob("fresh-*.sqlite")):
-        time.sleep(0.05)
+    assert embedding.wait(20)
     try:
         code, out, _ = kb_cli(kb, "status", width=80)
         states = [row["state"] for row in json.loads(kb_cli(kb, "status", "--json")[1])]

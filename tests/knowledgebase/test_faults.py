@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from hermes_kb.agent.knowledgebase import store as store_module
 from hermes_kb.agent.knowledgebase.doctor import examine
 from hermes_kb.agent.knowledgebase.service import KnowledgebaseError
 from hermes_kb.agent.knowledgebase.store import IndexStore, StoreError

@@ -25,8 +25,8 @@ from .code_units import KIND_GRAMMARS, code_segments
 from .config import ChunkingConfig
 from .loaders import Document
 
-CHUNKER_VERSION = 7  # 5: PDFs cut at pages and outline sections; 6: code cut at tree-sitter syntax units (code_units.py);
-# 7: HTML main content only, cited by the source file's lines
+CHUNKER_VERSION = 8  # 5: PDFs cut at pages and outline sections; 6: code cut at tree-sitter syntax units (code_units.py);
+# 7: HTML main content only, cited by the source file's lines; 8: notebooks, e-mail, tables, org-mode, LaTeX
 VECTOR_WINDOW = 128  # estimated pieces per embedded window
 WINDOW_OVERLAP = 20
 MAX_WINDOWS = 32  # per chunk; a longer chunk (a large chunk_size) gets proportionally longer windows
@@ -300,7 +300,23 @@ def _merge_small(segments: list[_Segment], splitter: _Splitter, limit: int, size
     return merged
 
 
-def _pdf_segments(document: Document) -> list[_Segment]:
+MARKDOWN_KINDS = ("markdown", "notebook", "mbox")  # Markdown text; a notebook's cells and an mbox's messages are parts
+
+
+def _cut_at_parts(segments: list[_Segment], part_starts: tuple[int, ...]) -> list[_Segment]:
+    """Markdown sections cut again where a part (a cell, a message) begins, under the same heading:
+    a chunk then starts inside one part, the one it is cited by."""
+    if not part_starts:
+        return segments
+    out = []
+    for segment in segments:
+        inside = [p for p in part_starts if segment.start < p < segment.end]
+        bounds = [segment.start, *inside, segment.end]
+        out.extend(_Segment(a, b, segment.heading) for a, b in zip(bounds, bounds[1:]))
+    return out
+
+
+def _outlined_segments(document: Document) -> list[_Segment]:
     """A segment per page, cut again where an outline section begins: a chunk then never spans a
     page break (the page it cites is the page its text is on, even right after a break) nor two
     sections (its heading is the outline path that contains it)."""
@@ -367,11 +383,14 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
             segments = [_Segment(0, len(text), _unit_heading(file_name, ()))]
     elif document.kind == "pdf":
         base = _Splitter(text, protected)
-        segments = _merge_tiny_pages(_pdf_segments(document), document.page_starts, base, max(8, size // 8), size)
-    elif document.kind == "markdown":
+        segments = _merge_tiny_pages(_outlined_segments(document), document.page_starts, base, max(8, size // 8), size)
+    elif document.kind == "table":  # rows under their header, which heads every chunk
+        base = _Splitter(text, protected)
+        segments = _outlined_segments(document)
+    elif document.kind in MARKDOWN_KINDS:
         segments, protected = _markdown_segments(text)
         base = _Splitter(text, protected)
-        segments = _merge_small(segments, base, max(8, size // 4), size)
+        segments = _merge_small(_cut_at_parts(segments, document.page_starts), base, max(8, size // 4), size)
     else:
         base = _Splitter(text, protected)
         segments = [_Segment(0, len(text), _plain_title(text))]

@@ -21,7 +21,7 @@ PassageKey = tuple[str, str, int, int, int | None]  # directory, path, start lin
 
 # A source line of a cited block, as render_block writes it: `[S3] docs/deploy.md lines 4-9 § Heading (score 0.71)`
 # or `[S3] docs/manual.pdf page 2 (score 0.64)`; the path is greedy, so a name holding " lines 1-3" stays a name.
-_LABEL = re.compile(r"^\[S(\d+)\] ([^/\n§]+)/([^\n§]+) (?:lines (\d+)-(\d+)|page (\d+))(?: § [^\n]*)? \(score [\d.]+\)$",
+_LABEL = re.compile(r"^\[S(\d+)\] ([^/\n§]+)/([^\n§]+) (?:lines (\d+)-(\d+)|((?:page|cell|message) (\d+)))(?: § [^\n]*)? \(score [\d.]+\)$",
                     re.M)
 _CITED = re.compile(r"\[\s*S\d+(?:\s*[,;]\s*S\d+)*\s*\]")  # [S3], [S1, S4] in an answer
 
@@ -83,14 +83,14 @@ class Citations:
         found = 0
         for block in blocks:
             for match in _LABEL.finditer(block):
-                number, directory, path, start, end, page = match.groups()
+                number, directory, path, start, end, part, page = match.groups()
                 key = passage_key(directory, path, int(start or 0), int(end or 0), int(page) if page else None)
-                found += self._take(int(number), key)
+                found += self._take(int(number), key, part)
         for result in results:
-            found += sum(self._take(n, key) for n, key in _result_passages(result))
+            found += sum(self._take(n, key, part) for n, key, part in _result_passages(result))
         return found
 
-    def _take(self, number: int, key: PassageKey) -> int:
+    def _take(self, number: int, key: PassageKey, part: str | None = None) -> int:
         with self._lock:
             self.next_id = max(self.next_id, number + 1)
             source_id = f"S{number}"
@@ -99,7 +99,7 @@ class Citations:
             self.ids[key] = source_id
             directory, path, start, end, page = key
             self.records.setdefault(source_id, {"id": source_id, "directory": directory, "path": path,
-                                                "start_line": start, "end_line": end, "page": page})
+                                                "start_line": start, "end_line": end, "page": page, "part": part})
             return 1
 
     def footer(self, answer: str, absolute: bool = True) -> str | None:
@@ -110,21 +110,23 @@ class Citations:
             record = self.records.get(source_id)
             if record is None:
                 continue
-            where = f"page {record['page']}" if record.get("page") else f"lines {record['start_line']}-{record['end_line']}"
+            where = record.get("part") or (f"page {record['page']}" if record.get("page")
+                                           else f"lines {record['start_line']}-{record['end_line']}")
             opens = f" — {record['location']}" if absolute and record.get("location") else ""
             lines.append(f"[{source_id}] {record['directory']}/{record['path']} {where}{opens}")
         return "Sources:\n" + "\n".join(lines) if lines else None
 
 
-def _result_passages(result: dict) -> list[tuple[int, PassageKey]]:
-    """(id, passage) pairs of a kb_search result."""
+def _result_passages(result: dict) -> list[tuple[int, PassageKey, str | None]]:
+    """(id, passage, part) of each hit of a kb_search result."""
     hits = result.get("hits") if isinstance(result, dict) else None
     pairs = []
     for hit in hits if isinstance(hits, list) else []:
         try:
             first, _, last = str(hit.get("lines", "0-0")).partition("-")
             key = passage_key(hit["directory"], hit["path"], int(first), int(last or first), hit.get("page"))
-            pairs.append((int(str(hit["id"]).removeprefix("S")), key))
+            part = hit.get("part") if isinstance(hit.get("part"), str) else None
+            pairs.append((int(str(hit["id"]).removeprefix("S")), key, part))
         except (KeyError, TypeError, ValueError, AttributeError):
             continue
     return pairs

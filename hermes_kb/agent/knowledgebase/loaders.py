@@ -25,11 +25,20 @@ class LoadError(Exception):
     """The file cannot be turned into text; the message is the skip reason."""
 
 
+# Formats whose parts a person finds by number: a chunk stays inside one part and is cited by it
+# (`page 3`, `cell 4`, `message 12`), since lines of converted text mean nothing in the file.
+PART_UNITS = {"pdf": "page", "notebook": "cell", "mbox": "message"}
+
+
+def part_label(kind: str, number: int) -> str:
+    return f"{PART_UNITS.get(kind, 'page')} {number}"
+
+
 @dataclass(frozen=True)
 class Document:
     text: str
     kind: str
-    page_starts: tuple[int, ...] = ()  # character offset where page i+1 begins (PDF only)
+    page_starts: tuple[int, ...] = ()  # character offset where part i+1 begins (PART_UNITS: a page, a cell ...)
     # (offset where an outline entry's section begins, its path "2 Setup > 2.1 Needs"), ascending:
     # a PDF's table of contents, which its text alone no longer shows as headings (PDF only)
     headings: tuple[tuple[int, str], ...] = ()
@@ -281,8 +290,13 @@ class _TextExtractor(HTMLParser):
 
 
 def _html(data: bytes, kind: str) -> Document:
+    return html_document(decode_text(data))
+
+
+def html_document(text: str) -> Document:
+    """An HTML page's main content as Markdown-like text (also an e-mail's HTML body)."""
     extractor = _TextExtractor()
-    extractor.feed(decode_text(data))
+    extractor.feed(text)
     extractor.close()
     lines = extractor.lines()
     title = " ".join((extractor.title or ("", 1))[0].split())  # no-break spaces made plain too
@@ -648,8 +662,9 @@ LOADERS: dict[str, Callable[[bytes, str], Document]] = {
 
 
 def is_plain_text(kind: str) -> bool:
-    """Whether the file's bytes are its text (so it can be streamed) rather than a format to convert."""
-    return LOADERS.get(kind, _plain) is _plain
+    """Whether the file's lines are its text's lines (so kb_read streams them) rather than a format to
+    convert: plain text, and notes whose front matter is rewritten line for line."""
+    return LOADERS.get(kind, _plain) in (_plain, LOADERS["markdown"])
 
 
 _UNSTORABLE = re.compile("[\x00\ud800-\udfff]")  # NUL, and lone surrogates (a parser's, never text)
@@ -682,3 +697,8 @@ def load(data: bytes, kind: str) -> Document:
     except Exception as exc:
         log.warning("the %s loader failed on a file", kind, exc_info=True)
         raise LoadError(f"unreadable {kind} file ({type(exc).__name__}: {exc})") from None
+
+
+from .formats import EXTRA_LOADERS  # noqa: E402  (formats builds on this module's Document and helpers)
+
+LOADERS.update(EXTRA_LOADERS)

@@ -21,6 +21,7 @@ import numpy as np
 from . import analysis, snippets
 from .chunker import estimate_tokens
 from .keyword_cache import KeywordCache, idf
+from .loaders import part_label
 from .snippets import Snippet
 from .store import VEC_MAX_K, IndexStore
 from .vector_cache import VectorCache
@@ -113,14 +114,23 @@ class Hit:
     stale: bool = False  # the file changed on disk after it was indexed
     snippet: Snippet | None = None  # the part of `text` that matched, the query's words marked
 
+    @property
+    def part(self) -> str | None:
+        """`page 3`, `cell 4` ...: where a hit of a format cited by parts is (None: cited by lines)."""
+        return part_label(self.kind, self.page) if self.page else None
+
+    def where(self) -> str:
+        return self.part or f"lines {self.start_line}-{self.end_line}"
+
     def to_dict(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), "part": self.part}
 
 
 @dataclass
 class SearchResult:
     hits: list[Hit] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    unmatched: list[str] = field(default_factory=list)  # the query's words, when no indexed chunk holds any
 
 
 # Function words carry no topic: left in an OR query they make every chunk a keyword hit.
@@ -311,8 +321,8 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
     candidates = [candidate for by_id in by_source.values() for candidate in by_id.values()]
     for candidate in candidates:
         candidate.keyword_scale = scales.get(candidate.source.key, 0.0)
-    if options.mode == "hybrid" and use_keyword and candidates and not any(deeper.values()):
-        result.warnings.append(f"No indexed text contains {', '.join(terms)}: these hits are only close in meaning.")
+    if options.mode == "hybrid" and use_keyword and not any(deeper.values()):
+        result.unmatched = terms
     return candidates
 
 
@@ -475,4 +485,7 @@ def _freshness(path: str, row) -> str:
 
 def _finish(result: SearchResult, hits: list[Hit]) -> SearchResult:
     result.hits = hits
+    if hits and result.unmatched:
+        result.warnings.append(f"No indexed text contains {', '.join(result.unmatched)}: "
+                               f"these hits are only close in meaning.")
     return result

@@ -55,7 +55,8 @@ MAX_GITIGNORE_BYTES = 1_000_000
 
 KINDS = {
     ".md": "markdown", ".markdown": "markdown", ".mdx": "markdown",
-    ".txt": "text", ".text": "text", ".rst": "rst", ".log": "text", ".csv": "text",
+    ".txt": "text", ".text": "text", ".rst": "rst", ".log": "text", ".csv": "csv", ".tsv": "tsv",
+    ".ipynb": "notebook", ".eml": "email", ".mbox": "mbox", ".org": "org", ".tex": "latex", ".ltx": "latex",
     ".py": "python", ".pyi": "python",
     ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",
     ".ts": "typescript", ".tsx": "typescript", ".mts": "typescript", ".cts": "typescript",

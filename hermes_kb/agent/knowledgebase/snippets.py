@@ -19,7 +19,7 @@ import regex
 
 from . import analysis
 
-PROSE_KINDS = frozenset({"markdown", "text", "rst", "html", "pdf", "docx"})  # the rest is code or data
+PROSE_KINDS = frozenset({"markdown", "text", "rst", "html", "pdf", "docx", "email", "mbox", "org", "latex"})
 PROSE_CHARS = 300
 LINES = 6
 LINE_CHARS = 100

@@ -1,0 +1,339 @@
+"""Loaders for the other files people keep: notebooks, e-mail, tables, org-mode and LaTeX.
+
+Each turns a file's bytes into a `Document` the chunker already knows how to cut:
+
+- A notebook's cells become Markdown (markdown cells as prose, code cells fenced in the notebook's
+  language, text outputs fenced and capped; images, HTML and other rich outputs dropped), each cell
+  a part, so a hit is cited as `cell N` and kb_read shows cells, not JSON.
+- An e-mail (`.eml`) is its headers as a heading and its text (or HTML) body; attachments are named,
+  and those of a kind this package reads are indexed beneath it. An `.mbox` is one part per message.
+- A CSV/TSV file reads as rows of cells with its header as every chunk's heading, cited by the
+  file's own lines.
+- Org-mode and LaTeX keep their lines; their section commands become Markdown headings.
+
+Imported by loaders.py, which registers these in its LOADERS table; never import this module first.
+"""
+
+from __future__ import annotations
+
+import csv
+import email
+import email.policy
+import io
+import json
+import re
+from collections.abc import Callable
+from email.message import EmailMessage
+
+from .loaders import Document, LoadError, decode_text, html_document
+
+MAX_OUTPUT_CHARS = 2_000  # of a code cell's text outputs: a training log is not worth 50 chunks
+MAX_TABLE_ROWS = 100_000
+MAX_CELL_CHARS = 500
+MAX_MESSAGES = 20_000
+MAX_ATTACHMENT_BYTES = 5_000_000
+_TEXT_OUTPUTS = ("text/plain", "text/markdown")
+
+
+# --- notebooks -----------------------------------------------------------------------------------
+
+def _source(value: object) -> str:
+    """nbformat keeps multi-line strings as lists of lines."""
+    if isinstance(value, list):
+        return "".join(str(part) for part in value)
+    return value if isinstance(value, str) else ""
+
+
+def _outputs(outputs: object) -> str:
+    texts = []
+    for output in outputs if isinstance(outputs, list) else []:
+        if not isinstance(output, dict):
+            continue
+        kind = output.get("output_type")
+        if kind == "stream":
+            texts.append(_source(output.get("text")))
+        elif kind == "error":
+            texts.append(f"{output.get('ename', 'Error')}: {output.get('evalue', '')}")
+        elif kind in ("execute_result", "display_data") and isinstance(output.get("data"), dict):
+            texts.extend(_source(output["data"][mime]) for mime in _TEXT_OUTPUTS if mime in output["data"])
+    text = "\n".join(t.rstrip("\n") for t in texts if t.strip())
+    if len(text) > MAX_OUTPUT_CHARS:
+        text = text[:MAX_OUTPUT_CHARS].rstrip() + "\n… (output cut)"
+    return text
+
+
+def _notebook(data: bytes, kind: str) -> Document:
+    try:
+        notebook = json.loads(decode_text(data))
+    except (ValueError, RecursionError) as exc:
+        raise LoadError(f"not a notebook: invalid JSON ({str(exc)[:80]})") from None
+    cells = notebook.get("cells") if isinstance(notebook, dict) else None
+    if not isinstance(cells, list):
+        raise LoadError("not a notebook: no list of cells (nbformat 4 writes one)")
+    metadata = notebook.get("metadata") if isinstance(notebook.get("metadata"), dict) else {}
+    info = metadata.get("language_info") if isinstance(metadata.get("language_info"), dict) else {}
+    language = str(info.get("name") or "python").split()[0][:20]
+    text, starts = [], []
+    offset = 0
+    for cell in cells:
+        if not isinstance(cell, dict):
+            continue
+        source = _source(cell.get("source")).strip("\n")
+        if cell.get("cell_type") == "code":
+            body = f"```{language}\n{source}\n```\n" if source.strip() else ""
+            output = _outputs(cell.get("outputs"))
+            if output:
+                body += f"\nOutput:\n```text\n{output.replace('```', '` ` `')}\n```\n"
+        else:
+            body = source + "\n" if source.strip() else ""
+        if not body:
+            continue
+        starts.append(offset)
+        text.append(body + "\n")
+        offset += len(body) + 1
+    return Document("".join(text), "notebook", page_starts=tuple(starts))
+
+
+# --- e-mail ----------------------------------------------------------------------------------------
+
+def _parse_message(data: bytes) -> EmailMessage:
+    try:
+        return email.message_from_bytes(data, policy=email.policy.default)
+    except Exception as exc:  # the parser is lenient; a header it still cannot take is this file's skip reason
+        raise LoadError(f"unreadable e-mail ({exc})") from None
+
+
+def _header(message: EmailMessage, name: str) -> str:
+    try:
+        value = message.get(name)
+    except Exception:  # a header the policy cannot parse at all: left out rather than failing the file
+        value = ""
+    return " ".join(str(value or "").split())
+
+
+def _body(message: EmailMessage) -> str:
+    try:
+        part = message.get_body(preferencelist=("plain", "html"))
+        if part is None:
+            return ""
+        content = part.get_content()
+    except Exception:  # an unknown charset or a broken transfer encoding
+        payload = message.get_payload(decode=True) if not message.is_multipart() else b""
+        return decode_text(payload or b"") if isinstance(payload, bytes) else ""
+    if not isinstance(content, str):
+        return ""
+    return html_document(content).text if part.get_content_type() == "text/html" else content
+
+
+def _attachments(message: EmailMessage) -> list[str]:
+    """Each attachment named, with its text beneath when its kind is one this package reads (never
+    another e-mail: a message nesting messages costs one level of parsing, not many)."""
+    from .loaders import load
+    from .scanner import file_kind
+
+    sections = []
+    for part in message.iter_attachments():
+        name = " ".join(str(part.get_filename() or "unnamed").split())[:200]
+        try:
+            payload = part.get_payload(decode=True) or b""
+        except Exception:
+            payload = b""
+        kind = file_kind(name)
+        text = ""
+        if kind not in ("email", "mbox") and len(payload) <= MAX_ATTACHMENT_BYTES:
+            try:
+                text = load(payload, kind).text.strip()
+            except LoadError:
+                text = ""
+        sections.append(f"## Attachment: {name} ({len(payload):,} bytes)\n\n{text}\n" if text
+                        else f"Attachment: {name} ({len(payload):,} bytes, not indexed)\n")
+    return sections
+
+
+def _message_markdown(message: EmailMessage) -> str:
+    subject = _header(message, "Subject") or "(no subject)"
+    sender, to, date = _header(message, "From"), _header(message, "To"), _header(message, "Date")
+    people = " · ".join(part for part in (f"from {sender}" if sender else "", f"to {to}" if to else "", date) if part)
+    heading = f"# {subject}" + (f" ({people})" if people else "")
+    body = _body(message).strip()
+    return "\n\n".join([heading, body, *_attachments(message)]).strip() + "\n"
+
+
+def _email(data: bytes, kind: str) -> Document:
+    return Document(_message_markdown(_parse_message(data)), "markdown")
+
+
+# An mbox separates messages with a line starting "From " (mboxo/mboxrd). mailbox.mbox reads from a
+# path with locking; the file is already in memory, within max_file_bytes, so it is split here.
+_MBOX_SEPARATOR = re.compile(rb"^From [^\r\n]*\r?\n", re.M)
+
+
+def _mbox(data: bytes, kind: str) -> Document:
+    bounds = [m.start() for m in _MBOX_SEPARATOR.finditer(data)]
+    if not bounds:
+        raise LoadError("not an mbox: no line starting with 'From ' separates messages")
+    if len(bounds) > MAX_MESSAGES:
+        raise LoadError(f"holds {len(bounds):,} messages, over the {MAX_MESSAGES:,} an mbox may hold here; split it")
+    text, starts, offset = [], [], 0
+    for begin, end in zip(bounds, [*bounds[1:], len(data)]):
+        raw = data[begin:end].split(b"\n", 1)[1] if b"\n" in data[begin:end] else b""
+        raw = re.sub(rb"^>(>*From )", rb"\1", raw, flags=re.M)  # mboxrd's quoted From lines
+        rendered = _message_markdown(_parse_message(raw)) + "\n"
+        starts.append(offset)
+        text.append(rendered)
+        offset += len(rendered)
+    return Document("".join(text), "mbox", page_starts=tuple(starts))
+
+
+# --- tables ----------------------------------------------------------------------------------------
+
+def _cell(value: str) -> str:
+    value = " ".join(value.split()).replace("|", "\\|")
+    return value if len(value) <= MAX_CELL_CHARS else value[:MAX_CELL_CHARS - 1] + "…"
+
+
+def _table(data: bytes, kind: str) -> Document:
+    text = decode_text(data)
+    delimiter = "\t" if kind == "tsv" else ","
+    if kind == "csv":
+        try:
+            delimiter = csv.Sniffer().sniff(text[:8192], delimiters=",;\t|").delimiter
+        except csv.Error:
+            pass
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    lines, source_lines, header = [], [], None
+    first_line, rows = 1, 0
+    try:
+        for row in reader:
+            if not any(cell.strip() for cell in row):
+                first_line = reader.line_num + 1
+                continue
+            if rows >= MAX_TABLE_ROWS:
+                lines.append(f"(rows after {MAX_TABLE_ROWS:,} are not indexed)")
+                source_lines.append(first_line)
+                break
+            line = "| " + " | ".join(_cell(cell) for cell in row) + " |"
+            if header is None:
+                header = line
+            lines.append(line)
+            source_lines.append(first_line)  # a quoted cell may span lines: the row starts here
+            first_line = reader.line_num + 1
+            rows += 1
+    except csv.Error as exc:
+        raise LoadError(f"unreadable {kind.upper()} (line {reader.line_num}: {exc})") from None
+    if header is None:
+        return Document("", "markdown")
+    return Document("\n".join(lines) + "\n", "table", headings=((0, f"columns: {header.strip('| ')}"),),
+                    source_lines=tuple(source_lines))
+
+
+# --- note vaults: front matter and tags -----------------------------------------------------------
+
+_FRONT_MATTER = re.compile(r"\A(---|\+\+\+)[ \t]*\r?\n(.*?)\r?\n\1[ \t]*(?:\r?\n|\Z)", re.S)
+_INLINE_TAG = re.compile(r"(?<![\w#&/`\[])#([^\W\d][\w/-]*)")
+_H1 = re.compile(r"^# +(.+?)\s*#*\s*$", re.M)
+_FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
+DATE_KEYS = ("date", "created", "updated", "modified")
+
+
+def front_matter(text: str) -> tuple[dict, int]:
+    """(the YAML or TOML front matter of a note, the characters it spans); ({}, 0) when there is none
+    or it does not parse (then it is left as text: nothing is lost)."""
+    match = _FRONT_MATTER.match(text)
+    if not match:
+        return {}, 0
+    try:
+        if match.group(1) == "---":
+            import yaml
+
+            values = yaml.safe_load(match.group(2))
+        else:
+            import tomllib
+
+            values = tomllib.loads(match.group(2))
+    except Exception:  # YAML's and TOML's errors, and constructors a hostile note reaches
+        return {}, 0
+    return (values, match.end()) if isinstance(values, dict) else ({}, 0)
+
+
+def _words(value: object) -> list[str]:
+    """A tags or aliases value as written in vaults: a list, or one string split at commas and spaces."""
+    items = value if isinstance(value, list) else re.split(r"[,\s]+", value) if isinstance(value, str) else []
+    return [str(item).strip().lstrip("#") for item in items if str(item).strip().lstrip("#")][:50]
+
+
+def note_tags(values: dict, body: str) -> list[str]:
+    """Front matter tags, then the body's inline #tags (outside code), each once."""
+    prose = _FENCE.sub("", body)
+    inline = [tag.rstrip("/-") for tag in _INLINE_TAG.findall(prose)]
+    return list(dict.fromkeys(_words(values.get("tags") or values.get("tag")) + inline))
+
+
+def _markdown(data: bytes, kind: str) -> Document:
+    """A note's front matter read, not indexed as prose, on the same lines (so citations and kb_read
+    keep the file's line numbers): its title, aliases and dates become lines of their own, and its
+    tags join the note's first H1 (or a title line made of the front matter's title), so they head
+    the note's chunks and count in search."""
+    text = decode_text(data)
+    values, end = front_matter(text)
+    if not end:
+        return Document(text, kind)
+    block, body = text[:end], text[end:]
+    tags = note_tags(values, body)
+    marks = " ".join(f"#{tag}" for tag in tags)
+    title = " ".join(str(values.get("title") or "").split())
+    lines = []
+    heading = _H1.search(body)
+    if heading is not None and marks:
+        body = body[:heading.end(1)] + f" · {marks}" + body[heading.end(1):]
+    elif title or marks:
+        lines.append(f"# {title or 'Tags'}" + (f" · {marks}" if marks else ""))
+    if title and heading is not None:
+        lines.append(f"Title: {title}")
+    aliases = _words(values.get("aliases") or values.get("alias"))
+    if aliases:
+        lines.append("Aliases: " + ", ".join(aliases))
+    lines += [f"{key.capitalize()}: {values[key]}" for key in DATE_KEYS if values.get(key)]
+    room = block.count("\n") + (not block.endswith("\n"))
+    if len(lines) > room:
+        lines = lines[:room - 1] + [" · ".join(lines[room - 1:])]
+    rewritten = "\n".join(lines + [""] * (room - len(lines)))
+    return Document(rewritten + ("\n" if block.endswith("\n") else "") + body, kind)
+
+
+# --- org-mode and LaTeX ----------------------------------------------------------------------------
+
+_ORG_HEADING = re.compile(r"^(\*+)\s+(.*)$")
+_ORG_TITLE = re.compile(r"^#\+title:\s*(.+)$", re.I)
+_LATEX_SECTION = re.compile(r"^\s*\\(part|chapter|section|subsection|subsubsection|paragraph|title)\*?"
+                            r"(?:\[[^\]]*\])?\{(.*)\}\s*$")
+_LATEX_LEVELS = {"part": 1, "title": 1, "chapter": 1, "section": 2, "subsection": 3, "subsubsection": 4,
+                 "paragraph": 5}
+
+
+def _org_line(line: str) -> str:
+    if match := _ORG_TITLE.match(line):
+        return f"# {match.group(1).strip()}"
+    if match := _ORG_HEADING.match(line):
+        return f"{'#' * min(6, len(match.group(1)) + 1)} {match.group(2).strip()}"
+    return line
+
+
+def _latex_line(line: str) -> str:
+    if match := _LATEX_SECTION.match(line):
+        return f"{'#' * _LATEX_LEVELS[match.group(1)]} {match.group(2).strip()}"
+    return line
+
+
+def _line_mapped(convert: Callable[[str], str]) -> Callable[[bytes, str], Document]:
+    """A format whose sections are lines of their own: those lines rewritten as Markdown headings,
+    every other line as it is, so line numbers stay the file's."""
+    def loader(data: bytes, kind: str) -> Document:
+        return Document("\n".join(convert(line) for line in decode_text(data).split("\n")), "markdown")
+    return loader
+
+
+EXTRA_LOADERS: dict[str, Callable[[bytes, str], Document]] = {
+    "markdown": _markdown, "notebook": _notebook, "email": _email, "mbox": _mbox, "csv": _table, "tsv": _table,
+    "org": _line_mapped(_org_line), "latex": _line_mapped(_latex_line),
+}

@@ -1,0 +1,186 @@
+"""Notebooks, e-mail, tables, note vaults, org-mode and LaTeX: made by the real tools, searched and read
+the way a user meets them, and bounded when malformed."""
+
+import email.message
+import json
+import mailbox
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from hermes_kb.agent.knowledgebase.chunker import chunk_document
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+from hermes_kb.agent.knowledgebase.loaders import LOADERS, LoadError, is_plain_text, load
+from hermes_kb.agent.knowledgebase.scanner import file_kind
+from hermes_kb.tools.knowledgebase_tool import run_tool
+from hermes_kb.tools.permissions import Permissions
+
+CHUNKING = parse_knowledgebase({}).chunking
+
+
+def notebook_bytes() -> bytes:
+    notebook = new_notebook(metadata={"language_info": {"name": "python"}})
+    notebook.cells = [
+        new_markdown_cell("# Churn analysis\n\nWe load the customer table."),
+        new_code_cell("import pandas as pd\ndf = pd.read_csv('customers.csv')\ndf.churned.mean()", outputs=[
+            new_output("execute_result", data={"text/plain": "0.2718", "image/png": "iVBORw0KGgo" * 2000},
+                       execution_count=1)]),
+        new_markdown_cell("## Retention by plan\n\n" + "The premium plan keeps customers longest. " * 30),
+        new_code_cell("df.groupby('plan').churned.mean().plot()", outputs=[
+            new_output("display_data", data={"image/png": "AAAA" * 5000, "text/html": "<div>zebrafish</div>"}),
+            new_output("stream", name="stdout", text="epoch 1 loss 0.5\n" * 1000)]),
+    ]
+    return nbformat.writes(notebook).encode()
+
+
+def search(kb, query, **options):
+    return kb.search(query, k=5, mode="keyword", **options).hits
+
+
+def test_a_notebook_is_cells_not_json(tree, make_kb):
+    kb = make_kb(tree({"nb.ipynb": notebook_bytes()}))
+    kb.index()
+    hit = search(kb, "premium plan")[0]
+    assert hit.kind == "notebook" and hit.part == "cell 3" and hit.heading == "Churn analysis > Retention by plan"
+    assert '{"cells"' not in hit.text
+    code = search(kb, "read_csv")[0]
+    assert code.part == "cell 2" and "```python\nimport pandas as pd" in code.text and "0.2718" in code.text
+    output = load(notebook_bytes(), "notebook").text
+    assert "iVBORw0KGgo" not in output and "zebrafish" not in output and search(kb, "zebrafish") == []  # rich outputs
+    assert output.count("epoch 1 loss") < 200 and "… (output cut)" in output  # outputs capped
+
+
+def test_kb_read_shows_a_notebooks_cells_and_the_cited_cell(tree, make_kb):
+    kb = make_kb(tree({"nb.ipynb": notebook_bytes()}))
+    kb.index()
+    hit = search(kb, "premium plan")[0]
+    window = run_tool("kb_read", kb, {"path": f"{hit.directory}/{hit.path}", "start_line": hit.start_line,
+                                      "max_lines": 3}, Permissions(kb.config))
+    assert window["text"].startswith("## Retention by plan") and '"cell_type"' not in window["text"]
+    found = run_tool("kb_search", kb, {"query": "premium plan", "mode": "keyword"}, Permissions(kb.config))
+    assert found["hits"][0]["part"] == "cell 3" and found["hits"][0]["location"].endswith("nb.ipynb cell 3")
+
+
+def mbox_bytes(tmp_path) -> bytes:
+    box = mailbox.mbox(tmp_path / "inbox.mbox")
+    for subject, body, attachment in [
+        ("Pump warranty", "The pump warranty in Rotterdam runs until March.", b"Serial number PX-4471.\n"),
+        ("Lunch", "Pizza on Friday?\nFrom the kitchen team", None),
+    ]:
+        message = email.message.EmailMessage()
+        message["From"], message["To"], message["Subject"] = "ana@example.org", "team@example.org", subject
+        message["Date"] = "Tue, 01 Dec 2026 10:00:00 +0000"
+        message.set_content(body)
+        if attachment:
+            message.add_attachment(attachment, maintype="text", subtype="plain", filename="serial.txt")
+        box.add(message)
+    box.flush()
+    box.close()
+    return (tmp_path / "inbox.mbox").read_bytes()
+
+
+def test_an_mbox_is_one_part_per_message_headed_by_its_headers(tree, make_kb, tmp_path):
+    kb = make_kb(tree({"inbox.mbox": mbox_bytes(tmp_path)}))
+    kb.index()
+    hit = search(kb, "warranty Rotterdam")[0]
+    assert hit.part == "message 1" and hit.heading.startswith("Pump warranty (from ana@example.org")
+    assert search(kb, "PX-4471")[0].part == "message 1"  # the text attachment is indexed under its message
+    lunch = search(kb, "pizza")[0]
+    assert lunch.part == "message 2" and "From the kitchen team" in lunch.text  # a body line, not a separator
+
+
+def test_an_eml_with_an_html_body_and_an_unreadable_attachment(tree, make_kb):
+    message = email.message.EmailMessage()
+    message["Subject"], message["From"] = "Quarterly numbers", "cfo@example.org"
+    message.add_alternative("<html><body><nav>Home | Inbox</nav><p>Revenue grew <b>12%</b>.</p></body></html>",
+                            subtype="html")
+    message.add_attachment(b"\x89PNG\r\n\x1a\n" + b"\x00" * 100, maintype="image", subtype="png", filename="chart.png")
+    kb = make_kb(tree({"q.eml": message.as_bytes()}))
+    kb.index()
+    hit = search(kb, "revenue grew")[0]
+    assert hit.heading.startswith("Quarterly numbers (from cfo@example.org")
+    assert "Revenue grew 12%." in hit.text and "Inbox" not in hit.text
+    assert "Attachment: chart.png (108 bytes, not indexed)" in hit.text
+
+
+def test_a_csv_reads_as_rows_under_its_header_cited_by_its_lines(tree, make_kb):
+    rows = "\n".join(f"host{n},rack{n % 7},{'decommissioned' if n == 450 else 'active'}" for n in range(1, 600))
+    kb = make_kb(tree({"hosts.csv": "name,rack,state\n" + rows + "\n", "t.tsv": "a\tb\nleft\tright\n"}))
+    kb.index()
+    hit = search(kb, "decommissioned")[0]
+    assert hit.kind == "csv" and hit.heading == "columns: name | rack | state"
+    assert "| host450 | rack2 | decommissioned |" in hit.text
+    assert hit.start_line <= 451 <= hit.end_line  # the file's own line of host450
+    window = run_tool("kb_read", kb, {"path": "docs/hosts.csv", "start_line": 451, "max_lines": 1},
+                      Permissions(kb.config))
+    assert window["text"] == "| host450 | rack2 | decommissioned |"
+    assert search(kb, "right")[0].heading == "columns: a | b"
+
+
+def test_a_vaults_front_matter_is_metadata_heading_the_note(tree, make_kb):
+    note = ("---\ntitle: Roadmap Q3\ntags: [roadmap, q3]\naliases: [Q3 plan]\ndate: 2026-07-01\nowner: ana\n---\n\n"
+            "The #infra work ships first.\n\n## Milestones\n\nSearch v2 in August.\n")
+    kb = make_kb(tree({"roadmap.md": note}))
+    kb.index()
+    hit = search(kb, "August")[0]
+    assert hit.heading == "Roadmap Q3 · #roadmap #q3 #infra > Milestones"
+    assert "owner" not in hit.text and "tags:" not in hit.text and "Aliases: Q3 plan" in hit.text
+    assert search(kb, "roadmap")[0].path == "roadmap.md"
+    assert load(note.encode(), "markdown").text.count("\n") == note.count("\n")  # lines stay the file's
+    assert is_plain_text("markdown")  # so kb_read still streams the file itself
+
+
+@pytest.mark.parametrize("note", [
+    "---\ntitle: [unclosed\n---\nbody text\n",  # YAML that does not parse: left as it is
+    "---\n- a list\n---\nbody\n",  # not a mapping
+    "---\nno closing line\n",
+])
+def test_front_matter_that_is_not_metadata_is_left_as_text(note):
+    assert load(note.encode(), "markdown").text == note
+
+
+def test_org_and_latex_sections_become_headings_on_their_own_lines():
+    org = load(b"#+TITLE: Ops notes\n* Backups\nNightly at 2am.\n** Restore\nUse the script.\n", "org")
+    chunk = chunk_document(org, "notes.org", CHUNKING)[0]
+    assert chunk.heading == "Ops notes > Backups > Restore" and chunk.end_line == 5
+    tex = load(b"\\title{Fast Search}\n\\section{Introduction}\nWe index.\n\\subsection*{Method}\nBM25.\n", "latex")
+    assert chunk_document(tex, "paper.tex", CHUNKING)[0].heading == "Fast Search > Introduction > Method"
+
+
+def test_every_new_kind_has_its_extension():
+    assert [file_kind(name) for name in ("a.ipynb", "a.eml", "a.mbox", "a.csv", "a.tsv", "a.org", "a.tex")] == [
+        "notebook", "email", "mbox", "csv", "tsv", "org", "latex"]
+
+
+@pytest.mark.parametrize("kind, data", [
+    ("notebook", b"{not json"),
+    ("notebook", b'{"cells": 5}'),
+    ("notebook", b"[" * 100_000),
+    ("mbox", b"no separator at all\n"),
+    ("csv", b'a,b\n"unclosed,\x00\n'),
+])
+def test_malformed_files_are_one_skip_reason(kind, data):
+    try:
+        document = load(data, kind)
+    except LoadError as exc:
+        assert str(exc) and "\n" not in str(exc)
+    else:
+        chunk_document(document, f"x.{kind}", CHUNKING)  # or text that chunks
+
+
+def test_hostile_notebooks_and_mailboxes_stay_bounded():
+    cells = [{"cell_type": "code", "source": "x", "outputs": [{"output_type": "stream", "text": "y" * 10_000_000}]}]
+    text = LOADERS["notebook"](json.dumps({"cells": cells}).encode(), "notebook").text
+    assert len(text) < 3_000
+    many = b"".join(b"From a@b Mon Jan 1 00:00:00 2026\nSubject: %d\n\nx\n" % n for n in range(20_001))
+    with pytest.raises(LoadError, match="over the 20,000"):
+        load(many, "mbox")
+    nested = email.message.EmailMessage()
+    nested["Subject"] = "outer"
+    nested.set_content("outer body")
+    inner = email.message.EmailMessage()
+    inner["Subject"] = "inner"
+    inner.set_content("inner body")
+    nested.add_attachment(inner.as_bytes(), maintype="application", subtype="octet-stream", filename="fwd.eml")
+    assert "fwd.eml" in load(nested.as_bytes(), "email").text  # named, never parsed as a second message
