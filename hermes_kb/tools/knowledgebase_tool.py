@@ -46,10 +46,12 @@ SCHEMAS = {
         "description": (
             "Read lines of a file inside an indexed knowledgebase directory, e.g. to see the context around a "
             "kb_search hit or a cited source. The path is as citations show it (DIRECTORY/PATH, e.g. "
-            "docs/guide.md), or a path inside `directory`; only files the index includes can be read (never "
+            "docs/guide.md), a path inside `directory`, or a note's [[wikilink]] (from its #heading if given); "
+            "only files the index includes can be read (never "
             "ignored, secret, binary or linked-out files). Says whether the file continues and where."),
         "parameters": {"type": "object", "properties": {
-            "path": {"type": "string", "description": "DIRECTORY/PATH as a citation shows it, or a path inside `directory`"},
+            "path": {"type": "string", "description": "DIRECTORY/PATH as a citation shows it, a path inside "
+                                                      "`directory`, or a [[wikilink]] found in a note"},
             "directory": {"type": "string", "description": "the knowledgebase directory the path is in (name from kb_status)"},
             "start_line": {"type": "integer", "description": "first line to read, 1-based (default 1)"},
             "max_lines": {"type": "integer", "description": f"lines to read, at most {MAX_READ_LINES} (default 120)"},

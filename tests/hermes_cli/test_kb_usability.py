@@ -350,3 +350,13 @@ def test_watch_says_a_skipped_image_once_not_on_every_sync(tree, make_kb):
     (root / "c.md").write_text("# C\n\ngamma\n")
     text = wait_for("docs: 1 added", times=3)
     assert text.count("skipped photo.png") == 1 and text.count("skipped drawing.png") == 1
+
+
+def test_a_word_no_chunk_holds_gets_meaning_only_hits_with_a_warning(tree, make_kb):
+    kb = make_kb(tree({"a.md": "# Giraffes\n\nTall animals eat leaves.\n"}), min_score=0.0)
+    kb.index()
+    code, out, err = kb_cli(kb, "search", "okapi")
+    assert code == 0 and "[S1]" in out
+    assert "No indexed text contains okapi: these hits are only close in meaning." in " ".join(err.split())
+    _, _, err = kb_cli(kb, "search", "giraffes")
+    assert "No indexed text" not in err

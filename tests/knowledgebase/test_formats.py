@@ -184,3 +184,18 @@ def test_hostile_notebooks_and_mailboxes_stay_bounded():
     inner.set_content("inner body")
     nested.add_attachment(inner.as_bytes(), maintype="application", subtype="octet-stream", filename="fwd.eml")
     assert "fwd.eml" in load(nested.as_bytes(), "email").text  # named, never parsed as a second message
+
+
+def test_kb_read_follows_a_wikilink_to_its_note_and_heading(tree, make_kb):
+    kb = make_kb(tree({"Roadmap.md": "# Roadmap\n\nSee [[Budget#Hardware|the budget]].\n",
+                       "finance/Budget.md": "# Budget\n\n## Staff\n\nTwo hires.\n\n## Hardware\n\nFour servers.\n",
+                       "a/Dup.md": "one\n", "b/Dup.md": "two\n"}))
+    kb.index()
+    note = kb.read("[[Budget#Hardware|the budget]]", max_lines=3)
+    assert (note.path, note.start_line, note.text) == ("finance/Budget.md", 7, "## Hardware\n\nFour servers.")
+    assert kb.read("[[finance/budget]]").start_line == 1
+    window = run_tool("kb_read", kb, {"path": "[[Budget]]"}, Permissions(kb.config))
+    assert window["path"] == "finance/Budget.md"
+    for link, message in (("[[Nowhere]]", "names no indexed note"), ("[[Dup]]", "names more than one note")):
+        with pytest.raises(Exception, match=message):
+            kb.read(link)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -40,6 +41,8 @@ log = logging.getLogger(__name__)
 # The derived copies beside each index: the module that builds and names one, and the class that opens it.
 DERIVED_COPIES = {"vector_cache": (vector_cache, VectorCache), "keyword_cache": (keyword_cache, KeywordCache)}
 LOW_COVERAGE = 0.5  # model_coverage of an index under this: status says the model cannot read most of it
+# `[[Note]]`, `[[Note#Heading]]`, `[[Note|shown text]]`: a note vault's link, which kb_read can follow.
+WIKILINK = re.compile(r"\[\[([^\]|#\n]+)(?:#([^\]|\n]*))?(?:\|[^\]\n]*)?\]\]")
 MAX_QUERY_CHARS = 8_000  # a long pasted traceback fits; a 20 MB query cost 58 s and 2.6 GB
 INLINE_REFRESH_BYTES = 256_000  # a changed file this small is re-indexed before its hit is returned
 # A shared index another machine changed: this machine's keyword copy is searched with the chunks
@@ -483,12 +486,11 @@ class KnowledgeBase:
         with both, never answered with whichever comes first."""
         if start_line < 1 or max_lines < 1:
             raise KnowledgebaseError("start_line and max_lines must be at least 1.")
+        link = WIKILINK.fullmatch(path.strip())
+        if link is not None:
+            return self._follow(link.group(1).strip(), (link.group(2) or "").strip(), max_lines, directory)
         if directory is not None:
-            chosen = self.indexed_target(directory)
-            if chosen is None:
-                raise KnowledgebaseError(f"{directory} is not a knowledgebase directory the user has indexed "
-                                         f"(kb_status lists them).")
-            candidates = [(chosen, path)]
+            candidates = [(self._known_or_refuse(directory), path)]
         else:
             known = self.targets(None)
             head, _, rest = path.partition("/")
@@ -513,6 +515,40 @@ class KnowledgeBase:
         if found:
             return next(iter(found.values()))
         raise KnowledgebaseError(f"{path} is not a file inside an indexed directory.")
+
+    def _follow(self, name: str, heading: str, max_lines: int, directory: str | None) -> ReadResult:
+        """A `[[wikilink]]` read as a note vault means it: the indexed file whose name (without its
+        extension) or path is `name`, from its `#heading` when one is given."""
+        wanted = name.lower().removesuffix(".md")
+        matches = []
+        for where in ([self._known_or_refuse(directory)] if directory else self.targets(None)):
+            path = self.index_path(where)
+            if not self.backend.exists(path):
+                continue
+            with self.backend.open(path, create=False, name=where.name) as store:
+                for rel in store.files():
+                    stem = rel.lower().rsplit(".", 1)[0] if "." in rel.rsplit("/", 1)[-1] else rel.lower()
+                    if wanted in (stem, stem.rsplit("/", 1)[-1]):
+                        matches.append((where, rel))
+        if not matches:
+            raise KnowledgebaseError(f"[[{name}]] names no indexed note.")
+        if len(matches) > 1:
+            raise KnowledgebaseError(f"[[{name}]] names more than one note ({', '.join(f'{d.name}/{r}' for d, r in matches)});"
+                                     f" read one of them by its path.")
+        where, rel = matches[0]
+        start = 1
+        if heading:
+            whole = self.read(rel, 1, 100_000, directory=where.name)
+            pattern = re.compile(rf"^#+\s+{re.escape(heading)}\s*#*\s*$", re.I)
+            start = next((n for n, line in enumerate(whole.text.splitlines(), 1) if pattern.match(line)), 1)
+        return self.read(rel, start, max_lines, directory=where.name)
+
+    def _known_or_refuse(self, directory: str) -> DirectoryConfig:
+        chosen = self.indexed_target(directory)
+        if chosen is None:
+            raise KnowledgebaseError(f"{directory} is not a knowledgebase directory the user has indexed "
+                                     f"(kb_status lists them).")
+        return chosen
 
     @staticmethod
     def _inside(directory: DirectoryConfig, path: str) -> str | None:
