@@ -199,3 +199,94 @@ def test_kb_read_follows_a_wikilink_to_its_note_and_heading(tree, make_kb):
     for link, message in (("[[Nowhere]]", "names no indexed note"), ("[[Dup]]", "names more than one note")):
         with pytest.raises(Exception, match=message):
             kb.read(link)
+
+
+def pptx_bytes() -> bytes:
+    import io
+
+    from pptx import Presentation
+    from pptx.util import Inches
+
+    deck = Presentation()
+    for title, body, notes in [("Q3 results", "Revenue grew in every region", "Mention the Lisbon office"),
+                               ("Hiring plan", "Two platform engineers", "")]:
+        slide = deck.slides.add_slide(deck.slide_layouts[1])
+        slide.shapes.title.text = title
+        slide.placeholders[1].text = body
+        if notes:
+            slide.notes_slide.notes_text_frame.text = notes
+    table = deck.slides[1].shapes.add_table(2, 2, Inches(1), Inches(4), Inches(4), Inches(1)).table
+    for (r, c), text in {(0, 0): "role", (0, 1): "start", (1, 0): "SRE", (1, 1): "October"}.items():
+        table.cell(r, c).text = text
+    out = io.BytesIO()
+    deck.save(out)
+    return out.getvalue()
+
+
+def xlsx_bytes() -> bytes:
+    import io
+
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    book.active.title = "Hosts"
+    book.active.append(["name", "rack", "state"])
+    for n in range(1, 40):
+        book.active.append([f"host{n}", n % 5, "retired" if n == 33 else "active"])
+    people = book.create_sheet("People")
+    people.append(["name", "team"])
+    people.append(["Ana", "storage"])
+    out = io.BytesIO()
+    book.save(out)
+    return out.getvalue()
+
+
+def epub_bytes(tmp_path) -> bytes:
+    from ebooklib import epub
+
+    book = epub.EpubBook()
+    book.set_identifier("id1")
+    book.set_title("Field guide")
+    chapters = []
+    for n, (title, text) in enumerate([("Birds", "The heron waits at the river."),
+                                       ("Trees", "The alder grows near water.")], 1):
+        chapter = epub.EpubHtml(title=title, file_name=f"c{n}.xhtml")
+        chapter.content = f"<html><body><h1>{title}</h1><p>{text}</p></body></html>"
+        book.add_item(chapter)
+        chapters.append(chapter)
+    book.toc = chapters
+    book.add_item(epub.EpubNcx())
+    book.add_item(epub.EpubNav())
+    book.spine = chapters
+    epub.write_epub(tmp_path / "guide.epub", book)
+    return (tmp_path / "guide.epub").read_bytes()
+
+
+def test_slides_sheets_and_chapters_are_parts_headed_by_their_titles(tree, make_kb, tmp_path):
+    kb = make_kb(tree({"deck.pptx": pptx_bytes(), "inventory.xlsx": xlsx_bytes(), "guide.epub": epub_bytes(tmp_path)}))
+    summary = kb.index()[0]
+    assert summary.skipped == []
+    notes = search(kb, "Lisbon")[0]
+    assert (notes.part, notes.heading) == ("slide 1", "Q3 results") and "Speaker notes: Mention the Lisbon" in notes.text
+    table = search(kb, "October")[0]
+    assert table.part == "slide 2" and "| SRE | October |" in table.text
+    sheet = search(kb, "retired")[0]
+    assert (sheet.part, sheet.heading) == ("sheet 1", "Sheet Hosts (columns: name | rack | state)")
+    assert "| host33 | 3 | retired |" in sheet.text
+    assert search(kb, "storage")[0].part == "sheet 2"
+    chapter = search(kb, "alder")[0]
+    assert (chapter.part, chapter.heading) == ("chapter 2", "Trees")
+
+
+@pytest.mark.parametrize("kind", ["pptx", "xlsx", "epub"])
+def test_broken_office_files_are_one_skip_reason(kind):
+    for data in (b"PK\x03\x04 not really a zip", b"plain text"):
+        with pytest.raises(LoadError):
+            load(data, kind)
+
+
+def test_front_matter_aliases_cannot_expand():
+    laughs = "---\na: &a [x, x, x, x, x, x, x, x, x]\n" + "".join(
+        f"{chr(98 + n)}: &{chr(98 + n)} [*{chr(97 + n)}, *{chr(97 + n)}, *{chr(97 + n)}, *{chr(97 + n)}, *{chr(97 + n)}]\n"
+        for n in range(12)) + "tags: *m\ndate: *m\n---\nbody\n"
+    assert load(laughs.encode(), "markdown").text == laughs  # refused whole: left as text, in bounded time

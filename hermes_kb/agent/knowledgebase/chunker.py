@@ -287,11 +287,13 @@ def _plain_title(text: str) -> str:
     return ""
 
 
-def _merge_small(segments: list[_Segment], splitter: _Splitter, limit: int, size: int) -> list[_Segment]:
-    """Fold a segment under `limit` tokens into its successor, keeping the more specific heading."""
+def _merge_small(segments: list[_Segment], splitter: _Splitter, limit: int, size: int,
+                 breaks: frozenset[int] = frozenset()) -> list[_Segment]:
+    """Fold a segment under `limit` tokens into its successor, keeping the more specific heading;
+    never across `breaks` (where a part begins: a slide is cited as itself, not as its neighbour)."""
     merged: list[_Segment] = []
     for segment in segments:
-        if merged and splitter.tokens(merged[-1].start, merged[-1].end) < limit \
+        if merged and segment.start not in breaks and splitter.tokens(merged[-1].start, merged[-1].end) < limit \
                 and splitter.tokens(merged[-1].start, segment.end) <= size:
             previous = merged.pop()
             heading = segment.heading if splitter.tokens(previous.start, previous.end) < limit else previous.heading
@@ -300,7 +302,8 @@ def _merge_small(segments: list[_Segment], splitter: _Splitter, limit: int, size
     return merged
 
 
-MARKDOWN_KINDS = ("markdown", "notebook", "mbox")  # Markdown text; a notebook's cells and an mbox's messages are parts
+# Markdown text; a notebook's cells, an mbox's messages, slides, sheets and chapters are its parts
+MARKDOWN_KINDS = ("markdown", "notebook", "mbox", "pptx", "xlsx", "epub")
 
 
 def _cut_at_parts(segments: list[_Segment], part_starts: tuple[int, ...]) -> list[_Segment]:
@@ -390,7 +393,8 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
     elif document.kind in MARKDOWN_KINDS:
         segments, protected = _markdown_segments(text)
         base = _Splitter(text, protected)
-        segments = _merge_small(_cut_at_parts(segments, document.page_starts), base, max(8, size // 4), size)
+        segments = _merge_small(_cut_at_parts(segments, document.page_starts), base, max(8, size // 4), size,
+                                frozenset(document.page_starts))
     else:
         base = _Splitter(text, protected)
         segments = [_Segment(0, len(text), _plain_title(text))]

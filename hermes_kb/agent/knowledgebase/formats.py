@@ -25,7 +25,7 @@ import re
 from collections.abc import Callable
 from email.message import EmailMessage
 
-from .loaders import Document, LoadError, decode_text, html_document
+from .loaders import Document, LoadError, check_archive, decode_text, html_document
 
 MAX_OUTPUT_CHARS = 2_000  # of a code cell's text outputs: a training log is not worth 50 chunks
 MAX_TABLE_ROWS = 100_000
@@ -234,19 +234,32 @@ _INLINE_TAG = re.compile(r"(?<![\w#&/`\[])#([^\W\d][\w/-]*)")
 _H1 = re.compile(r"^# +(.+?)\s*#*\s*$", re.M)
 _FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 DATE_KEYS = ("date", "created", "updated", "modified")
+MAX_FRONT_MATTER_CHARS = 64_000
+
+
+def _yaml_without_aliases(text: str) -> object:
+    """YAML as front matter writes it. Aliases are refused: a few lines of nested anchors expand
+    exponentially once a value is turned into text (the "billion laughs")."""
+    import yaml
+
+    class NoAliases(yaml.SafeLoader):
+        def compose_node(self, parent, index):
+            if self.check_event(yaml.AliasEvent):
+                raise yaml.YAMLError("aliases are not read in front matter")
+            return super().compose_node(parent, index)
+
+    return yaml.load(text, Loader=NoAliases)  # noqa: S506 (a SafeLoader)
 
 
 def front_matter(text: str) -> tuple[dict, int]:
     """(the YAML or TOML front matter of a note, the characters it spans); ({}, 0) when there is none
     or it does not parse (then it is left as text: nothing is lost)."""
-    match = _FRONT_MATTER.match(text)
+    match = _FRONT_MATTER.match(text[:MAX_FRONT_MATTER_CHARS])
     if not match:
         return {}, 0
     try:
         if match.group(1) == "---":
-            import yaml
-
-            values = yaml.safe_load(match.group(2))
+            values = _yaml_without_aliases(match.group(2))
         else:
             import tomllib
 
@@ -259,7 +272,8 @@ def front_matter(text: str) -> tuple[dict, int]:
 def _words(value: object) -> list[str]:
     """A tags or aliases value as written in vaults: a list, or one string split at commas and spaces."""
     items = value if isinstance(value, list) else re.split(r"[,\s]+", value) if isinstance(value, str) else []
-    return [str(item).strip().lstrip("#") for item in items if str(item).strip().lstrip("#")][:50]
+    words = (" ".join(str(item).split())[:100].lstrip("#") for item in items[:50] if isinstance(item, (str, int, float)))
+    return [word for word in words if word]
 
 
 def note_tags(values: dict, body: str) -> list[str]:
@@ -293,12 +307,112 @@ def _markdown(data: bytes, kind: str) -> Document:
     aliases = _words(values.get("aliases") or values.get("alias"))
     if aliases:
         lines.append("Aliases: " + ", ".join(aliases))
-    lines += [f"{key.capitalize()}: {values[key]}" for key in DATE_KEYS if values.get(key)]
+    lines += [f"{key.capitalize()}: {str(values[key])[:100]}" for key in DATE_KEYS if values.get(key)]
     room = block.count("\n") + (not block.endswith("\n"))
     if len(lines) > room:
         lines = lines[:room - 1] + [" · ".join(lines[room - 1:])]
     rewritten = "\n".join(lines + [""] * (room - len(lines)))
     return Document(rewritten + ("\n" if block.endswith("\n") else "") + body, kind)
+
+
+# --- office files and e-books (the optional `office` extra) ------------------------------------------
+
+def _library(module: str, package: str):
+    try:
+        return __import__(module, fromlist=["_"])
+    except ImportError:
+        raise LoadError(f"{package} files need the optional extra: pip install 'hermes-knowledgebase[office]'") from None
+
+
+def _parts(sections: list[str], kind: str) -> Document:
+    """Sections (slides, sheets, chapters) joined, each a numbered part."""
+    starts, offset, texts = [], 0, []
+    for section in sections:
+        starts.append(offset)
+        texts.append(section + "\n")
+        offset += len(section) + 1
+    return Document("".join(texts), kind, page_starts=tuple(starts))
+
+
+def _pptx(data: bytes, kind: str) -> Document:
+    pptx = _library("pptx", "PowerPoint")
+    check_archive(data)
+    try:
+        deck = pptx.Presentation(io.BytesIO(data))
+        slides = []
+        for number, slide in enumerate(deck.slides, 1):
+            title_shape = slide.shapes.title
+            title = " ".join((title_shape.text_frame.text if title_shape is not None and title_shape.has_text_frame
+                              else "").split()) or f"Slide {number}"
+            lines = [f"# {title}", ""]
+            for shape in slide.shapes:
+                if shape is title_shape:
+                    continue
+                if shape.has_text_frame:
+                    lines += [p.text.strip() for p in shape.text_frame.paragraphs if p.text.strip()]
+                if getattr(shape, "has_table", False) and shape.has_table:
+                    lines += ["| " + " | ".join(_cell(c.text) for c in row.cells) + " |" for row in shape.table.rows]
+            if slide.has_notes_slide:
+                notes = slide.notes_slide.notes_text_frame.text.strip() if slide.notes_slide.notes_text_frame else ""
+                if notes:
+                    lines += ["", f"Speaker notes: {' '.join(notes.split())}"]
+            slides.append("\n".join(lines) + "\n")
+    except LoadError:
+        raise
+    except Exception as exc:  # python-pptx surfaces zip, XML and part errors directly
+        raise LoadError(f"unreadable PowerPoint file ({exc})") from None
+    return _parts(slides, "pptx")
+
+
+def _xlsx(data: bytes, kind: str) -> Document:
+    openpyxl = _library("openpyxl", "Excel")
+    check_archive(data)
+    try:
+        book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
+        sheets, rows_left = [], MAX_TABLE_ROWS
+        for sheet in book.worksheets:
+            lines, header = [], None
+            for row in sheet.iter_rows(values_only=True):
+                cells = ["" if value is None else str(value) for value in row]
+                if not any(cell.strip() for cell in cells):
+                    continue
+                if rows_left == 0:
+                    lines.append(f"(rows after {MAX_TABLE_ROWS:,} are not indexed)")
+                    break
+                line = "| " + " | ".join(_cell(cell) for cell in cells) + " |"
+                header = header or line
+                lines.append(line)
+                rows_left -= 1
+            if header is not None:
+                sheets.append(f"# Sheet {sheet.title} (columns: {header.strip('| ')})\n\n" + "\n".join(lines) + "\n")
+        book.close()
+    except LoadError:
+        raise
+    except Exception as exc:
+        raise LoadError(f"unreadable Excel file ({exc})") from None
+    return _parts(sheets, "xlsx")
+
+
+def _epub(data: bytes, kind: str) -> Document:
+    epub = _library("ebooklib.epub", "EPUB")
+    ebooklib = _library("ebooklib", "EPUB")
+    check_archive(data)
+    try:
+        book = epub.read_epub(io.BytesIO(data), options={"ignore_ncx": True})
+        by_id = {item.get_id(): item for item in book.get_items_of_type(ebooklib.ITEM_DOCUMENT)}
+        chapters = []
+        for item_id, _ in book.spine:
+            item = by_id.get(item_id)
+            if item is None:
+                continue
+            text = html_document(decode_text(item.get_content())).text.strip()
+            if text:
+                chapters.append(text + "\n")
+    except LoadError:
+        raise
+    except Exception as exc:
+        raise LoadError(f"unreadable EPUB ({exc})") from None
+    return _parts(chapters, "epub")
 
 
 # --- org-mode and LaTeX ----------------------------------------------------------------------------
@@ -336,4 +450,5 @@ def _line_mapped(convert: Callable[[str], str]) -> Callable[[bytes, str], Docume
 EXTRA_LOADERS: dict[str, Callable[[bytes, str], Document]] = {
     "markdown": _markdown, "notebook": _notebook, "email": _email, "mbox": _mbox, "csv": _table, "tsv": _table,
     "org": _line_mapped(_org_line), "latex": _line_mapped(_latex_line),
+    "pptx": _pptx, "xlsx": _xlsx, "epub": _epub,
 }

@@ -67,7 +67,7 @@ KINDS = {
     ".sh": "shell", ".bash": "shell", ".zsh": "shell",
     ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml",
     ".html": "html", ".htm": "html",
-    ".pdf": "pdf", ".docx": "docx",
+    ".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx", ".xlsm": "xlsx", ".epub": "epub",
 }
 # Every kind a file can be given (unknown extensions are "text"): what `--kind` may filter on.
 FILE_KINDS = tuple(sorted({*KINDS.values(), "text"}))
