@@ -17,7 +17,6 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from hermes_kb.agent.knowledgebase import snippets
 from hermes_kb.agent.knowledgebase.retriever import MODES
 from hermes_kb.agent.knowledgebase.snippets import Snippet
 from hermes_kb.agent.knowledgebase.indexer import Progress
@@ -146,7 +145,7 @@ def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
         heading = f" — {safe(hit.heading)}" if hit.heading else ""
         out.print(f"[bold cyan][S{n}][/] {safe(hit.directory)}:{safe(hit.path)}{where}"
                   f"  [dim](score {hit.score:.3f}, {'+'.join(hit.found_by)})[/]{heading}", highlight=False)
-        for line in snippet_text(hit.snippet or snippets.make(hit.text, hit.kind, [])):
+        for line in snippet_text(hit.snippet):
             out.print(line, highlight=False, soft_wrap=True)
     return 0
 

@@ -35,6 +35,15 @@ MAX_ATTACHMENT_BYTES = 5_000_000
 _TEXT_OUTPUTS = ("text/plain", "text/markdown")
 
 
+_CARRIAGE_RETURN = re.compile(r"\r\n?")
+
+
+def _newlines(text: str) -> str:
+    """Text from inside a container (a JSON string, a MIME part, a slide) gets the one newline the
+    rest of the index uses: decode_text normalises a file's own bytes, not what a parser hands back."""
+    return _CARRIAGE_RETURN.sub("\n", text) if "\r" in text else text
+
+
 # --- notebooks -----------------------------------------------------------------------------------
 
 def _source(value: object) -> str:
@@ -56,7 +65,7 @@ def _outputs(outputs: object) -> str:
             texts.append(f"{output.get('ename', 'Error')}: {output.get('evalue', '')}")
         elif kind in ("execute_result", "display_data") and isinstance(output.get("data"), dict):
             texts.extend(_source(output["data"][mime]) for mime in _TEXT_OUTPUTS if mime in output["data"])
-    text = "\n".join(t.rstrip("\n") for t in texts if t.strip())
+    text = _newlines("\n".join(t.rstrip("\n") for t in texts if t.strip()))
     if len(text) > MAX_OUTPUT_CHARS:
         text = text[:MAX_OUTPUT_CHARS].rstrip() + "\n… (output cut)"
     return text
@@ -73,12 +82,11 @@ def _notebook(data: bytes, kind: str) -> Document:
     metadata = notebook.get("metadata") if isinstance(notebook.get("metadata"), dict) else {}
     info = metadata.get("language_info") if isinstance(metadata.get("language_info"), dict) else {}
     language = str(info.get("name") or "python").split()[0][:20]
-    text, starts = [], []
-    offset = 0
+    text = []
     for cell in cells:
         if not isinstance(cell, dict):
             continue
-        source = _source(cell.get("source")).strip("\n")
+        source = _newlines(_source(cell.get("source"))).strip("\n")
         if cell.get("cell_type") == "code":
             body = f"```{language}\n{source}\n```\n" if source.strip() else ""
             output = _outputs(cell.get("outputs"))
@@ -88,10 +96,8 @@ def _notebook(data: bytes, kind: str) -> Document:
             body = source + "\n" if source.strip() else ""
         if not body:
             continue
-        starts.append(offset)
-        text.append(body + "\n")
-        offset += len(body) + 1
-    return Document("".join(text), "notebook", page_starts=tuple(starts))
+        text.append(body)
+    return _parts(text, "notebook")
 
 
 # --- e-mail ----------------------------------------------------------------------------------------
@@ -156,7 +162,7 @@ def _message_markdown(message: EmailMessage) -> str:
     people = " · ".join(part for part in (f"from {sender}" if sender else "", f"to {to}" if to else "", date) if part)
     heading = f"# {subject}" + (f" ({people})" if people else "")
     body = _body(message).strip()
-    return "\n\n".join([heading, body, *_attachments(message)]).strip() + "\n"
+    return _newlines("\n\n".join([heading, body, *_attachments(message)]).strip()) + "\n"
 
 
 def _email(data: bytes, kind: str) -> Document:
@@ -174,15 +180,12 @@ def _mbox(data: bytes, kind: str) -> Document:
         raise LoadError("not an mbox: no line starting with 'From ' separates messages")
     if len(bounds) > MAX_MESSAGES:
         raise LoadError(f"holds {len(bounds):,} messages, over the {MAX_MESSAGES:,} an mbox may hold here; split it")
-    text, starts, offset = [], [], 0
+    messages = []
     for begin, end in zip(bounds, [*bounds[1:], len(data)]):
         raw = data[begin:end].split(b"\n", 1)[1] if b"\n" in data[begin:end] else b""
         raw = re.sub(rb"^>(>*From )", rb"\1", raw, flags=re.M)  # mboxrd's quoted From lines
-        rendered = _message_markdown(_parse_message(raw)) + "\n"
-        starts.append(offset)
-        text.append(rendered)
-        offset += len(rendered)
-    return Document("".join(text), "mbox", page_starts=tuple(starts))
+        messages.append(_message_markdown(_parse_message(raw)))
+    return _parts(messages, "mbox")
 
 
 # --- tables ----------------------------------------------------------------------------------------
@@ -328,9 +331,10 @@ def _parts(sections: list[str], kind: str) -> Document:
     """Sections (slides, sheets, chapters) joined, each a numbered part."""
     starts, offset, texts = [], 0, []
     for section in sections:
+        section = _newlines(section) + "\n"
         starts.append(offset)
-        texts.append(section + "\n")
-        offset += len(section) + 1
+        texts.append(section)
+        offset += len(section)
     return Document("".join(texts), kind, page_starts=tuple(starts))
 
 

@@ -112,7 +112,13 @@ class Hit:
     chunk_id: int
     content_hash: str
     stale: bool = False  # the file changed on disk after it was indexed
-    snippet: Snippet | None = None  # the part of `text` that matched, the query's words marked
+    query_words: tuple[str, ...] = ()  # the query's words (stopwords left out), which the snippet marks
+
+    @functools.cached_property
+    def snippet(self) -> Snippet:
+        """The part of `text` that matched, the query's words marked: made when shown, not per search
+        (the chat hook never shows one)."""
+        return snippets.make(self.text, self.kind, self.query_words)
 
     @property
     def part(self) -> str | None:
@@ -123,7 +129,9 @@ class Hit:
         return self.part or f"lines {self.start_line}-{self.end_line}"
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "part": self.part}
+        fields = asdict(self)
+        del fields["query_words"]
+        return {**fields, "part": self.part, "snippet": asdict(self.snippet)}
 
 
 @dataclass
@@ -432,7 +440,7 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
     kept: list[Hit] = []
     spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
     tokens = 0
-    shown_terms = query_terms(query)
+    shown_terms = tuple(query_terms(query))
     step = max(16, 2 * options.k)  # rows fetched at a time: most searches need only the first window
     for begin in range(0, len(scored), step):
         window = scored[begin:begin + step]
@@ -467,7 +475,7 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
                 vector_score=None if candidate.cosine is None else round(candidate.cosine, 4),
                 keyword_score=None if candidate.bm25 is None else round(candidate.bm25, 4),
                 found_by=candidate.found_by, chunk_id=candidate.chunk_id, content_hash=row.content_hash,
-                stale=freshness == "stale", snippet=snippets.make(row.text, row.kind, shown_terms),
+                stale=freshness == "stale", query_words=shown_terms,
             ))
         if len(kept) >= options.k or (window and window[-1][0] < options.min_score):
             break
