@@ -13,6 +13,7 @@ from typing import Callable
 
 from rich import box
 from rich.console import Console
+from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
@@ -25,7 +26,7 @@ from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, Kn
 
 from .index_progress import progress_for
 from .kb_mcp import run_mcp
-from .terminal import printable, safe, short_path
+from .terminal import head_cells, printable, safe, short_path
 
 VERBS = ("index", "search", "status", "clear", "doctor", "eval")
 CHAT_WATCH_HINT = "In the chat, set knowledgebase.watch_for_changes: true to keep indexes fresh while you talk."
@@ -210,7 +211,7 @@ COLUMN_GAP = 2
 def _status_cells(row: dict) -> dict[str, str]:
     """Every cell but the root."""
     name = printable(row["name"])
-    name = name if len(name) <= NAME_MAX_WIDTH else name[:NAME_MAX_WIDTH - 1] + "…"
+    name = name if cell_len(name) <= NAME_MAX_WIDTH else head_cells(name, NAME_MAX_WIDTH - 1) + "…"
     if "files" not in row:  # never indexed, being built, or an index that cannot be read (said below the table)
         return {"name": name, "files": "-", "chunks": "-", "size": "-", "indexed": "-", "state": row["state"]}
     indexed = row["files"] - row.get("files_with_errors", 0)
@@ -221,7 +222,7 @@ def _status_cells(row: dict) -> dict[str, str]:
 def _status_table(rows: list[dict], width: int) -> Table:
     """Name, counts, state and root in the console's width: the root shortened in the middle, never cut."""
     cells = [_status_cells(row) for row in rows]
-    widths = {column: max([len(column), *(len(line[column]) for line in cells)]) for column in STATUS_COLUMNS}
+    widths = {column: max([len(column), *(cell_len(line[column]) for line in cells)]) for column in STATUS_COLUMNS}
     columns = list(STATUS_COLUMNS)
 
     def root_width() -> int:

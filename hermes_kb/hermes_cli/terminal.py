@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import re
 
+from rich.cells import cell_len, set_cell_size
 from rich.markup import escape
 
 # C0 (but tab and newline), DEL, C1, and the bidirectional overrides behind "Trojan Source" text.
@@ -28,20 +29,37 @@ def safe(text: object) -> str:
 
 
 def short_path(path: str, width: int, home: str | None = None) -> str:
-    """A path cut to width the way people read one: ~ for the home folder, then the start and the
-    end kept (the folder's own name matters most) with … in the middle."""
+    """A path cut to width (terminal cells: a Chinese character takes two) the way people read one:
+    ~ for the home folder, then the start and the end kept (the folder's own name matters most) with …
+    in the middle."""
     home = os.path.expanduser("~") if home is None else home
     if home not in ("", "/") and (path == home or path.startswith(home.rstrip("/") + "/")):
         path = "~" + path[len(home.rstrip("/")):]
-    if len(path) <= width:
+    if cell_len(path) <= width:
         return path
     parts = path.split("/")
     first = parts[:2] if parts[0] == "" else parts[:1]  # "/srv" or "~" or "docs"
     rest = parts[len(first):]
     for keep in range(len(rest) - 1, 0, -1):  # as much of the end as fits
         candidate = "/".join([*first, "…", *rest[-keep:]])
-        if len(candidate) <= width:
+        if cell_len(candidate) <= width:
             return candidate
-    if rest and len(rest[-1]) + 2 <= width:
+    if rest and cell_len(rest[-1]) + 2 <= width:
         return "…/" + rest[-1]
-    return "…" + path[-(width - 1):] if width > 1 else "…"
+    return "…" + tail_cells(path, width - 1) if width > 1 else "…"
+
+
+def head_cells(text: str, width: int) -> str:
+    """The longest start of `text` that fits `width` terminal cells."""
+    return set_cell_size(text, width).rstrip() if cell_len(text) > width else text
+
+
+def tail_cells(text: str, width: int) -> str:
+    """The longest end of `text` that fits `width` terminal cells."""
+    kept, used = [], 0
+    for char in reversed(text):
+        used += cell_len(char)
+        if used > width:
+            break
+        kept.append(char)
+    return "".join(reversed(kept))

@@ -244,6 +244,19 @@ def test_short_path_keeps_home_start_and_end():
     assert len(short_path("/srv/" + "x" * 50, 12, home="/home/u")) == 12
 
 
+def test_chinese_names_and_paths_fit_the_status_table_by_terminal_cells(tree, make_kb):
+    from rich.cells import cell_len
+
+    assert cell_len(short_path("/srv/" + "资料" * 20 + "/部署指南", 12, home="/home/u")) <= 12
+    root = tree({"指南.md": "# 部署\n\n回滚步骤。\n"}, root=tree({}).parent / ("知识库文档目录" * 3))
+    kb = make_kb(root)
+    kb.index()
+    _, out, _ = kb_cli(kb, "status", width=80)
+    assert all(cell_len(line) <= 80 for line in out.splitlines())
+    row = next(line for line in out.splitlines() if "知识库" in line)
+    assert "…" in row and "ok" in row
+
+
 def test_an_index_built_for_the_first_time_shows_as_indexing(tree, make_kb):
     root = tree({"a.md": "# A\n\nalpha\n"}, root=tree({}).parent / "fresh")
     looked, embedding = threading.Event(), threading.Event()
