@@ -48,6 +48,34 @@ def test_oversized_file_is_skipped_with_reason(tree):
     assert dict(result.skipped)["big.txt"].startswith("larger than max_file_bytes")
 
 
+def test_documents_get_their_own_larger_cap(tree, make_kb):
+    import pymupdf
+
+    pdf = pymupdf.open()
+    page = pdf.new_page()
+    page.insert_text((72, 72), "The warranty of the pump in Rotterdam runs until March.")
+    page.insert_image(page.rect, stream=_noise_png(1200))  # a scan-sized picture makes the file large
+    data = pdf.tobytes()
+    root = tree({"manual.pdf": data, "notes.md": "z" * len(data)})
+    result = scan(root, max_file_bytes=len(data) - 1)  # documents keep their own cap (100 MB by default)
+    assert paths(result) == ["manual.pdf"]
+    assert dict(result.skipped)["notes.md"].startswith("larger than max_file_bytes")
+    result = scan(root, max_file_bytes=len(data) - 1, max_document_bytes=1000)
+    assert dict(result.skipped)["manual.pdf"] == f"larger than max_document_bytes ({len(data)} > 1000)"
+    kb = make_kb(root, max_file_bytes=len(data) - 1)
+    kb.index()
+    assert kb.search("pump warranty Rotterdam", mode="keyword").hits[0].path == "manual.pdf"
+    assert "Rotterdam" in kb.read("docs/manual.pdf").text  # kb_read applies the same cap
+
+
+def _noise_png(size: int) -> bytes:
+    import numpy as np
+    import pymupdf
+
+    pixels = np.random.default_rng(0).integers(0, 255, (size, size, 3), dtype=np.uint8)
+    return pymupdf.Pixmap(pymupdf.csRGB, size, size, pixels.tobytes(), False).tobytes("png")
+
+
 def test_index_file_inside_the_tree_is_ignored(tree):
     root = tree({"a.md": "x", "idx.sqlite": "x", "idx.sqlite-wal": "x", "other.db": "x"})
     assert paths(scan(root, ignore_paths=(root / "other.db",))) == ["a.md"]

@@ -17,6 +17,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Collection
 
+from .scanner import size_cap
+
 BACKENDS = ("local", "multilingual", "openai", "ollama")
 FUSIONS = ("weighted", "rrf")
 DEFAULT_LOCAL_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -143,7 +145,8 @@ class KnowledgebaseConfig:
     reindex_on_change: bool = True
     watch_for_changes: bool = False
     watch_debounce_s: float = 2.0
-    max_file_bytes: int = 5_000_000
+    max_file_bytes: int = 5_000_000  # text, code, data, HTML
+    max_document_bytes: int = 100_000_000  # PDFs, office files, e-books, notebooks, mailboxes (scanner.DOCUMENT_KINDS)
     # What a model's tool call may do without the user's yes where nobody can be asked (see tools/permissions.py).
     allow_model_index_new_folders: bool = False
     allow_model_clear: bool = False
@@ -168,7 +171,13 @@ class KnowledgebaseConfig:
     def scan_rules(self, directory: DirectoryConfig) -> dict:
         """What decides a file's place in an index: the scanner's keyword arguments, in one place."""
         exclude, allow_secrets = self.ignore_args(directory)
-        return {"exclude": exclude, "max_file_bytes": self.max_file_bytes, "allow_secrets": allow_secrets}
+        return {"exclude": exclude, "max_file_bytes": self.max_file_bytes, "max_document_bytes": self.max_document_bytes,
+                "allow_secrets": allow_secrets}
+
+    def size_cap(self, kind: str) -> int:
+        from .scanner import size_cap  # the scanner owns the kinds; it imports nothing from config
+
+        return size_cap(kind, self.max_file_bytes, self.max_document_bytes)
 
     def ignore_args(self, directory: DirectoryConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(exclude, allow_secrets) for judging one path by the scan's rules (kb_read, the watcher)."""
@@ -274,6 +283,7 @@ _SCALARS: dict[str, Callable[[str, Any], Any]] = {
     "watch_for_changes": _bool,
     "watch_debounce_s": _number(float, 0.05, 600.0),
     "max_file_bytes": _number(int, 1),
+    "max_document_bytes": _number(int, 1),
     "exclude": _globs,
     "allow_model_index_new_folders": _bool,
     "allow_model_clear": _bool,

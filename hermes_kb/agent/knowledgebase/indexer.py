@@ -162,7 +162,7 @@ class _Run:
         try:
             # Opened without following links out of the root: a file swapped for a symlink after the
             # scan cannot pull outside text into the index (or to an embedding service).
-            data = read_inside(str(self.directory.path), file.rel_path, self.config.max_file_bytes,
+            data = read_inside(str(self.directory.path), file.rel_path, self.config.size_cap(file.kind),
                                admit=lambda real_rel: not self.rules.excluded(real_rel))
         except OSError as exc:
             self.passing_skips.append((file.rel_path, f"unreadable ({exc.strerror})"))

@@ -12,11 +12,11 @@ import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
+from typing import Callable, Iterable
 
 from .file_access import AccessError, open_inside, read_fd
 from .loaders import LoadError, bom_encoding, decode_text, is_plain_text, load
-from .scanner import IgnoreRules, file_kind
+from .scanner import IgnoreRules, cap_setting, file_kind
 from .secret_scan import KEY_BLOCKS, redact
 
 BINARY_PROBE_BYTES = 8192
@@ -34,19 +34,21 @@ class Window:
     text: str
 
 
-def read_window(root: Path, rel_path: str, rules: IgnoreRules, max_file_bytes: int,
+def read_window(root: Path, rel_path: str, rules: IgnoreRules, size_cap: Callable[[str], int],
                 start_line: int, max_lines: int) -> Window | None:
-    """Lines start_line.. of root/rel_path; None when the index would not include the file."""
+    """Lines start_line.. of root/rel_path; None when the index would not include the file.
+    `size_cap(kind)` is the largest file of that kind the index reads."""
     if rules.excluded(rel_path):
         return None
     try:
         with open_inside(str(root), rel_path) as (fd, real_rel):
             if real_rel != rel_path and rules.excluded(real_rel):
                 return None
-            if os.fstat(fd).st_size > max_file_bytes:
-                raise NotReadable(f"it is larger than max_file_bytes ({max_file_bytes})")
-            keep_secrets = rules.allows_secrets(real_rel)
             kind = file_kind(real_rel)
+            max_file_bytes = size_cap(kind)
+            if os.fstat(fd).st_size > max_file_bytes:
+                raise NotReadable(f"it is larger than {cap_setting(kind)} ({max_file_bytes})")
+            keep_secrets = rules.allows_secrets(real_rel)
             if is_plain_text(kind):
                 end_line, total, lines = _stream_lines(fd, start_line, max_lines)
                 text = "\n".join(lines) if keep_secrets else redact("\n".join(lines)).text

@@ -69,6 +69,21 @@ KINDS = {
     ".html": "html", ".htm": "html",
     ".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx", ".xlsm": "xlsx", ".epub": "epub",
 }
+# Formats whose files are large as a rule (a scanned manual, a slide deck, a year of mail) and whose
+# loaders bound their own memory (PDF stream caps, zip directory checks, capped notebook outputs):
+# they get max_document_bytes, everything else max_file_bytes.
+DOCUMENT_KINDS = frozenset({"pdf", "docx", "pptx", "xlsx", "epub", "mbox", "notebook"})
+
+
+def size_cap(kind: str, max_file_bytes: int, max_document_bytes: int) -> int:
+    return max_document_bytes if kind in DOCUMENT_KINDS else max_file_bytes
+
+
+def cap_setting(kind: str) -> str:
+    """The setting that caps this kind's files, for the sentence that says a file was too large."""
+    return "max_document_bytes" if kind in DOCUMENT_KINDS else "max_file_bytes"
+
+
 # Every kind a file can be given (unknown extensions are "text"): what `--kind` may filter on.
 FILE_KINDS = tuple(sorted({*KINDS.values(), "text"}))
 
@@ -225,7 +240,7 @@ class ScanResult:
 
 
 def scan(root: Path, exclude: tuple[str, ...] = (), max_file_bytes: int = 5_000_000,
-         ignore_paths: tuple[Path, ...] = (), allow_secrets: tuple[str, ...] = ()) -> ScanResult:
+         max_document_bytes: int = 100_000_000, ignore_paths: tuple[Path, ...] = (), allow_secrets: tuple[str, ...] = ()) -> ScanResult:
     """Collect indexable files under root with their stat, and say why others were left out."""
     rules = IgnoreRules(root, exclude, allow_secrets)
     result = ScanResult(rules)
@@ -277,10 +292,12 @@ def scan(root: Path, exclude: tuple[str, ...] = (), max_file_bytes: int = 5_000_
                 continue
             if not stat.S_ISREG(st.st_mode) or (entry.name in ignore_names and os.path.realpath(entry.path) in ignore_real):
                 continue
-            if st.st_size > max_file_bytes:
-                result.skipped.append((rel, f"larger than max_file_bytes ({st.st_size} > {max_file_bytes})"))
+            kind = file_kind(entry.name)
+            cap = size_cap(kind, max_file_bytes, max_document_bytes)
+            if st.st_size > cap:
+                result.skipped.append((rel, f"larger than {cap_setting(kind)} ({st.st_size} > {cap})"))
                 continue
-            result.files.append(ScannedFile(rel, entry.path, st.st_size, st.st_mtime_ns, file_kind(entry.name)))
+            result.files.append(ScannedFile(rel, entry.path, st.st_size, st.st_mtime_ns, kind))
     result.files.sort(key=lambda f: f.rel_path)
     result.skipped[:0] = rules.problems  # first: a dropped rule may explain what else was (not) indexed
     return result

@@ -502,7 +502,7 @@ class KnowledgeBase:
                 continue
             try:
                 rules = IgnoreRules(where.path, *self.config.ignore_args(where))
-                window = readable.read_window(where.path, rel, rules, self.config.max_file_bytes, start_line, max_lines)
+                window = readable.read_window(where.path, rel, rules, self.config.size_cap, start_line, max_lines)
             except readable.NotReadable as exc:
                 raise KnowledgebaseError(f"Cannot read {path}: {exc}.") from None
             if window is not None:
