@@ -224,18 +224,18 @@ def _hit(n: int, text: str) -> Hit:
 
 
 def test_the_block_stays_under_hermes_spill_limit(plugin, write_config, hermes_home):
-    from hermes_kb.agent.knowledgebase.context import AutoRetriever
+    from hermes_kb.agent.knowledgebase.context import AutoRetriever, hit_key
 
     write_config({})
     retriever = AutoRetriever(plugin.kb(), plugin.config())
     hits = [_hit(0, "a" * 4000), _hit(1, "b" * 4000), _hit(2, "c" * 4000)]
     retriever.injected.update({"hash0", "hash1", "hash2"})
-    ids = [retriever.citations.id_for(hermes_plugin.hit_key(hit), {}) for hit in hits]
+    ids = [retriever.citations.id_for(hit_key(hit), {}) for hit in hits]
     text = hermes_plugin.fit_block(hits, retriever, ids)
     assert len(text) <= hermes_plugin.MAX_CONTEXT_CHARS and "[S2]" in text and "[S3]" not in text
     assert retriever.injected == {"hash0", "hash1"}  # the chunk left out may come in a later turn
     assert set(retriever.cited) == {"S1", "S2"}  # and is no source of this conversation
-    assert retriever.citations.id_for(hermes_plugin.hit_key(hits[2])) == "S4"  # S3 is never reused
+    assert retriever.citations.id_for(hit_key(hits[2])) == "S4"  # S3 is never reused
     huge = hermes_plugin.fit_block([_hit(0, "word " * 10_000)], retriever, ["S1"], limit=3000)
     assert len(huge) <= 3000 and "kb_read shows the rest" in huge
     assert "word …[truncated" in huge  # cut between words, never inside one
