@@ -1,4 +1,5 @@
-"""Loaders for the other files people keep: notebooks, e-mail, tables, org-mode and LaTeX.
+"""Loaders for the other files people keep: notebooks, e-mail, tables, notes with front matter,
+slides, spreadsheets, e-books, org-mode and LaTeX.
 
 Each turns a file's bytes into a `Document` the chunker already knows how to cut:
 
@@ -9,6 +10,10 @@ Each turns a file's bytes into a `Document` the chunker already knows how to cut
   and those of a kind this package reads are indexed beneath it. An `.mbox` is one part per message.
 - A CSV/TSV file reads as rows of cells with its header as every chunk's heading, cited by the
   file's own lines.
+- A note's YAML/TOML front matter is read as metadata (title, tags, aliases, dates) on the lines it
+  took, so the note's lines stay the file's.
+- Slides, sheets and EPUB chapters are parts (`slide N`, `sheet N`, `chapter N`), headed by their
+  titles (the optional `office` extra: python-pptx, openpyxl, EbookLib).
 - Org-mode and LaTeX keep their lines; their section commands become Markdown headings.
 
 Imported by loaders.py, which registers these in its LOADERS table; never import this module first.
@@ -17,13 +22,14 @@ Imported by loaders.py, which registers these in its LOADERS table; never import
 from __future__ import annotations
 
 import csv
-import email
-import email.policy
 import io
 import json
 import re
 from collections.abc import Callable
-from email.message import EmailMessage
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the email package loads with the first message: ~20 ms every command would pay
+    from email.message import EmailMessage
 
 from .loaders import Document, LoadError, check_archive, decode_text, html_document
 
@@ -81,7 +87,8 @@ def _notebook(data: bytes, kind: str) -> Document:
         raise LoadError("not a notebook: no list of cells (nbformat 4 writes one)")
     metadata = notebook.get("metadata") if isinstance(notebook.get("metadata"), dict) else {}
     info = metadata.get("language_info") if isinstance(metadata.get("language_info"), dict) else {}
-    language = str(info.get("name") or "python").split()[0][:20]
+    first_word = (str(info.get("name") or "").split() or [""])[0]
+    language = re.sub(r"[^\w+#.-]", "", first_word)[:20] or "python"  # the fence's info word
     text = []
     for cell in cells:
         if not isinstance(cell, dict):
@@ -103,6 +110,9 @@ def _notebook(data: bytes, kind: str) -> Document:
 # --- e-mail ----------------------------------------------------------------------------------------
 
 def _parse_message(data: bytes) -> EmailMessage:
+    import email
+    import email.policy
+
     try:
         return email.message_from_bytes(data, policy=email.policy.default)
     except Exception as exc:  # the parser is lenient; a header it still cannot take is this file's skip reason

@@ -30,33 +30,23 @@ stored, embedded (perhaps by a remote service) or read back never holds it.
 
 from __future__ import annotations
 
+import functools
+import importlib
 import re
 from dataclasses import dataclass
 from typing import Callable
 
 import re2
 
-from detect_secrets.plugins.aws import AWSKeyDetector
-from detect_secrets.plugins.azure_storage_key import AzureStorageKeyDetector
-from detect_secrets.plugins.discord import DiscordBotTokenDetector
-from detect_secrets.plugins.github_token import GitHubTokenDetector
-from detect_secrets.plugins.gitlab_token import GitLabTokenDetector
-from detect_secrets.plugins.mailchimp import MailchimpDetector
-from detect_secrets.plugins.npm import NpmDetector
-from detect_secrets.plugins.openai import OpenAIDetector
-from detect_secrets.plugins.pypi_token import PypiTokenDetector
-from detect_secrets.plugins.sendgrid import SendGridDetector
-from detect_secrets.plugins.slack import SlackDetector
-from detect_secrets.plugins.square_oauth import SquareOAuthDetector
-from detect_secrets.plugins.stripe import StripeDetector
-from detect_secrets.plugins.telegram_token import TelegramBotTokenDetector
-from detect_secrets.plugins.twilio import TwilioKeyDetector
-
+# detect-secrets' plugins, by module and class. Importing them pulls in `requests` (~110 ms, a quarter
+# of a cold keyword search, which never redacts), so they load with the first redaction.
 # BasicAuthDetector is replaced by URL_CREDENTIALS below: it missed passwords with punctuation.
-DETECTORS = (
-    AWSKeyDetector, AzureStorageKeyDetector, DiscordBotTokenDetector, GitHubTokenDetector,
-    GitLabTokenDetector, MailchimpDetector, NpmDetector, OpenAIDetector, PypiTokenDetector,
-    SendGridDetector, SlackDetector, SquareOAuthDetector, StripeDetector, TelegramBotTokenDetector, TwilioKeyDetector,
+PLUGINS = (
+    ("aws", "AWSKeyDetector"), ("azure_storage_key", "AzureStorageKeyDetector"), ("discord", "DiscordBotTokenDetector"),
+    ("github_token", "GitHubTokenDetector"), ("gitlab_token", "GitLabTokenDetector"), ("mailchimp", "MailchimpDetector"),
+    ("npm", "NpmDetector"), ("openai", "OpenAIDetector"), ("pypi_token", "PypiTokenDetector"),
+    ("sendgrid", "SendGridDetector"), ("slack", "SlackDetector"), ("square_oauth", "SquareOAuthDetector"),
+    ("stripe", "StripeDetector"), ("telegram_token", "TelegramBotTokenDetector"), ("twilio", "TwilioKeyDetector"),
 )
 _LOOKAROUND_OR_LONG_REPEAT = re.compile(r"\(\?[!=<]|\{\d*,?\d{4,}\}")
 _TOKEN_CHAR = re.compile(r"[A-Za-z0-9_\-+/=]")  # base64 too: a key data block is one token
@@ -142,7 +132,6 @@ _NOT_A_VALUE = (r"(?:name|file|path|env|var|id|field|len|length|count|size|type|
 _KEY = re.compile(r"[^A-Za-z0-9_.\-]*([A-Za-z0-9_.\-]+)")
 _ABOUT_A_CREDENTIAL = re.compile(r"[_\-.]?" + _NOT_A_VALUE + "$")
 _VALUE = r"([\"']?[^\s\"'`,;&(){}\[\]<>|]{1,200})"  # small repeats keep RE2's DFA small; _token_end goes on
-_DETECT_SECRETS = tuple(Detector(d.secret_type, _linear(p)) for d in DETECTORS for p in d.denylist)
 _OWN = (
     # Places.
     Detector("URL Credentials", re2.compile(r"(?i)\b[a-z][a-z0-9+.\-]{1,30}://[^\s:@/?#'\"<>]*:([^\s@'\"<>]{1,300})@[\w\[]"),
@@ -177,7 +166,14 @@ _OWN = (
     Detector("AWS Secret Access Key", re2.compile(r"(?i)aws_?secret_?(?:access_?)?key[\"']?\s*[:=]\s*[\"']?([A-Za-z0-9/+]{40})\b"),
              group=1, whole_token=False),
 )
-DETECTOR_SET = _DETECT_SECRETS + _OWN
+
+
+@functools.lru_cache(maxsize=1)
+def detector_set() -> tuple[Detector, ...]:
+    """detect-secrets' patterns (made linear for RE2), then ours."""
+    plugins = [getattr(importlib.import_module(f"detect_secrets.plugins.{module}"), name) for module, name in PLUGINS]
+    return tuple(Detector(d.secret_type, _linear(p)) for d in plugins for p in d.denylist) + _OWN
+
 # Private keys are whole blocks, not one token: detect-secrets' PrivateKeyDetector knows them by their
 # first line only. Its headers (PEM of every kind, PGP, SSH2, PuTTY), plus encrypted PKCS#8, each with
 # the line that ends the block; the redaction (and kb_read's line masking) covers header to end.
@@ -223,7 +219,7 @@ def _label(kind: str, original: str) -> str:
 def secret_spans(text: str) -> list[tuple[int, int, str]]:
     """(start, end, kind) of every secret found, unsorted, possibly overlapping."""
     spans: list[tuple[int, int, str]] = []
-    for detector in DETECTOR_SET:
+    for detector in detector_set():
         for match in detector.pattern.finditer(text):
             start, end = _span(match, detector)
             if end <= start:
