@@ -81,10 +81,10 @@ def test_kb_read_decodes_utf16_and_utf32_by_their_bom(tree, codec):
     root = tree({"notes.md": "\ufeff".encode(codec) + "\r\n".join(lines).encode(codec),
                  "blob.txt": b"\xff\xfe\x00\x00" + b"\x00" * 40})
     rules = IgnoreRules(root)
-    window = read_window(root, "notes.md", rules, 1_000_000, start_line=3, max_lines=2)
+    window = read_window(root, "notes.md", rules, lambda kind: 1_000_000, start_line=3, max_lines=2)
     assert (window.text, window.end_line, window.total_lines) == ("line 3 wörd\nline 4 wörd", 4, 7)
     with pytest.raises(NotReadable, match="binary"):
-        read_window(root, "blob.txt", rules, 1_000_000, start_line=1, max_lines=5)
+        read_window(root, "blob.txt", rules, lambda kind: 1_000_000, start_line=1, max_lines=5)
 
 
 @pytest.mark.parametrize("text, codec", [
