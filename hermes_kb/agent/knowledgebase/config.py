@@ -17,7 +17,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable, Collection
 
-from .scanner import size_cap
+from .scanner import size_cap as cap_for_kind
 
 BACKENDS = ("local", "multilingual", "openai", "ollama")
 FUSIONS = ("weighted", "rrf")
@@ -175,9 +175,8 @@ class KnowledgebaseConfig:
                 "allow_secrets": allow_secrets}
 
     def size_cap(self, kind: str) -> int:
-        from .scanner import size_cap  # the scanner owns the kinds; it imports nothing from config
-
-        return size_cap(kind, self.max_file_bytes, self.max_document_bytes)
+        """The largest file of this kind that is read: max_document_bytes or max_file_bytes."""
+        return cap_for_kind(kind, self.max_file_bytes, self.max_document_bytes)
 
     def ignore_args(self, directory: DirectoryConfig) -> tuple[tuple[str, ...], tuple[str, ...]]:
         """(exclude, allow_secrets) for judging one path by the scan's rules (kb_read, the watcher)."""

@@ -36,7 +36,6 @@ _PROSE_MARKUP = (
     (re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1"), r"\2"),
     (re.compile(r"</?[a-zA-Z][a-zA-Z0-9]*(\s[^<>\n]*)?/?>"), ""),
 )
-_BREAK = regex.compile(r"\s")
 
 
 @dataclass
