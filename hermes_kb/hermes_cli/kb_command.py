@@ -5,6 +5,7 @@ and the `/kb ...` slash command, so the two can never drift apart.
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import shlex
 import sys
@@ -445,6 +446,10 @@ def _with_dash_hint(message: str, argv: list[str], parser: argparse.ArgumentPars
     if not any(word.startswith("-") for word in words):
         return message
     first, _, usage = message.partition("\n")
+    for word in (w for w in words if w.startswith("--")):  # --directory for --dir: a misspelt option, not a query
+        close = difflib.get_close_matches(word.split("=", 1)[0], list(search._option_string_actions), n=1, cutoff=0.6)
+        if close:
+            return f"{first}; did you mean {close[0]}?\n{usage}"
     suggestion = " ".join([prog, "search", *map(shlex.quote, options), "--", *map(shlex.quote, words)])
     return f"{first}; to search for text starting with '-', put -- before it: {suggestion}\n{usage}"
 

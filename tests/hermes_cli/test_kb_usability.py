@@ -173,6 +173,8 @@ def test_a_dash_query_says_how_and_works_after_double_dash(tree, make_kb):
     assert code == 2 and "hermes kb search --mode keyword -- skip --no-install-project" in err
     code, out, _ = kb_cli(kb, "search", "--mode", "keyword", "--", "--no-install-project")
     assert code == 0 and "[S1] docs:uv.md" in out
+    code, _, err = kb_cli(kb, "search", "skip", "--directory", "docs")
+    assert code == 2 and "unrecognized arguments: --directory docs; did you mean --dir?" in " ".join(err.split())
 
 
 def test_a_dash_query_in_the_chat_says_how_with_the_slash_command(tree, make_kb):
