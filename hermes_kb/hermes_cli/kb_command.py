@@ -65,6 +65,11 @@ def build_parser(prog: str = "hermes kb") -> argparse.ArgumentParser:
     search.add_argument("--mode", choices=MODES, default="hybrid")
     search.add_argument("--path", dest="path_glob", help="only files matching this glob, e.g. 'docs/*.md'")
     search.add_argument("--kind", help=f"only this file kind: {', '.join(FILE_KINDS)}")
+    search.add_argument("--tag", dest="tags", action="append", default=[], metavar="TAG",
+                        help="only notes with this tag (front matter or #tag; nested tags count; repeat for all of several)")
+    search.add_argument("--since", metavar="WHEN", help="only files dated at or after WHEN: 2026-11-30, 7d, 2w, 12h, today "
+                                                        "(a note's front matter date, else the file's modification time)")
+    search.add_argument("--before", metavar="WHEN", help="only files dated before WHEN (as --since)")
     status = verbs.add_parser("status", help="what is indexed, how big, and how stale")
     status.add_argument("target", nargs="?")
     clear = verbs.add_parser("clear", help="delete an index (the files themselves are untouched)")
@@ -131,10 +136,8 @@ def _print_skipped(summary, out: Console, shown: int = 20) -> None:
 
 def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     query = " ".join(args.query)
-    if args.kind is not None and args.kind not in FILE_KINDS:
-        raise KnowledgebaseError(f"Unknown kind {args.kind!r}; the kinds are {', '.join(FILE_KINDS)}.")
-    result = kb.search(query, k=args.k, directory=args.directory, mode=args.mode,
-                       path_glob=args.path_glob, kind=args.kind)
+    result = kb.search(query, k=args.k, directory=args.directory, mode=args.mode, path_glob=args.path_glob,
+                       kind=args.kind, tags=args.tags, since=args.since, before=args.before)
     if args.json:
         _emit_json(out, {"query": query, "hits": [h.to_dict() for h in result.hits], "warnings": result.warnings})
         return 0

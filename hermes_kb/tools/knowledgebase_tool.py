@@ -16,6 +16,7 @@ from hermes_kb.agent.knowledgebase.citations import Citations
 from hermes_kb.agent.knowledgebase.context import hit_key, location, source_record
 from hermes_kb.agent.knowledgebase.config import DirectoryConfig, KnowledgebaseConfig
 from hermes_kb.agent.knowledgebase.retriever import MODES
+from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
 
 from .permissions import CLEAR, INDEX_NEW_FOLDER, PermissionRefused, Permissions
@@ -40,6 +41,13 @@ SCHEMAS = {
             "k": {"type": "integer", "description": "number of hits, 1-20 (default 5)"},
             "mode": {"type": "string", "enum": list(MODES),
                      "description": "hybrid (default); keyword for exact identifiers or numbers; vector for meaning"},
+            "tags": {"type": "array", "items": {"type": "string"},
+                     "description": "only notes carrying every one of these tags (front matter or #tag)"},
+            "since": {"type": "string", "description": "only files dated at or after this: 2026-11-30, 7d, 2w, today "
+                                                       "(a note's front matter date, else when the file last changed)"},
+            "before": {"type": "string", "description": "only files dated before this (as since)"},
+            "kind": {"type": "string", "enum": list(FILE_KINDS), "description": "only files of this kind"},
+            "path": {"type": "string", "description": "only files whose path matches this glob, e.g. 'docs/*.md'"},
         }, "required": ["query"]},
     },
     "kb_read": {
@@ -98,7 +106,8 @@ def _search(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: 
     its id across calls and turns; a host without a conversation gets S1, S2 ... per call."""
     k = max(1, min(int(args.get("k", 5)), 20))
     directory = str(_known(kb, args["directory"]).path) if args.get("directory") else None
-    result = kb.search(args["query"], k=k, directory=directory, mode=args.get("mode", "hybrid"))
+    result = kb.search(args["query"], k=k, directory=directory, mode=args.get("mode", "hybrid"), path_glob=args.get("path"),
+                       kind=args.get("kind"), tags=args.get("tags") or (), since=args.get("since"), before=args.get("before"))
     citations = citations if citations is not None else Citations()
     hits = []
     for hit in result.hits:
@@ -167,6 +176,8 @@ def tool_offered(name: str, kb: KnowledgeBase, can_ask: bool = False) -> bool:
 MAX_TEXT_ARGUMENT = 8_000  # the longest query (service.MAX_QUERY_CHARS); paths and names are far shorter
 MAX_PATH_ARGUMENT = 4_096  # PATH_MAX
 _INTEGERS = ("k", "start_line", "max_lines")
+_LISTS = ("tags",)
+MAX_LIST_ITEMS = 20
 
 
 def checked_arguments(args: object) -> dict:
@@ -184,6 +195,9 @@ def checked_arguments(args: object) -> dict:
                 raise KnowledgebaseError(f"{key} must be a whole number, not {str(value)[:40]!r}.") from None
             if not -10**9 < args[key] < 10**9:
                 raise KnowledgebaseError(f"{key} is out of range.")
+        elif key in _LISTS and isinstance(value, list):
+            if len(value) > MAX_LIST_ITEMS or not all(isinstance(item, str) and len(item) <= MAX_PATH_ARGUMENT for item in value):
+                raise KnowledgebaseError(f"{key} must be a list of at most {MAX_LIST_ITEMS} short texts.")
         elif value is not None and not isinstance(value, str):
             raise KnowledgebaseError(f"{key} must be text.")
         elif value is not None:

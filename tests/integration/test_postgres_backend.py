@@ -208,7 +208,7 @@ def test_keyword_search_without_a_copy_scores_bm25_on_the_server(tree, tmp_path,
     kb.forget(kb.index_path(kb.config.directories[0]))
     served = []
     original = PgIndexStore.keyword
-    monkeypatch.setattr(PgIndexStore, "keyword", lambda self, terms, k: served.append(terms) or original(self, terms, k))
+    monkeypatch.setattr(PgIndexStore, "keyword", lambda self, terms, k, allowed=None: served.append(terms) or original(self, terms, k, allowed))
     for query in queries:
         assert ranking(kb, query, "keyword") == with_copy[query], query
     assert len(served) == len(queries)
@@ -439,3 +439,33 @@ def test_without_psycopg_the_postgres_store_is_one_sentence(tree, tmp_path, monk
         kb.search("vitamin", directory="docs")
     [row] = kb.status()
     assert "hermes-knowledgebase[postgres]" in row["problem"]
+
+
+@pytest.mark.parametrize("exact_up_to", [10_000, 0])  # the exact comparison, then the filtered HNSW walk
+def test_filters_answer_as_on_sqlite_from_the_copies_and_from_the_server(tree, tmp_path, postgres_database, make_kb,
+                                                                          monkeypatch, exact_up_to):
+    """Tags and dates read from the same facets on both backends; with no copy current, the server's
+    HNSW and term indexes are restricted to the filter's chunks inside the query."""
+    from hermes_kb.agent.knowledgebase import pg_store
+
+    from ..knowledgebase.test_filters import vault
+
+    docs = vault(tree)
+    on_sqlite, on_postgres = make_kb(docs), host(tmp_path / "pg-home", postgres_database, docs)
+    filters = [{"tags": ["finance"]}, {"since": "2026-11-01"}, {"before": "2026-11-01", "kind": "markdown"}]
+    answers = []
+    for kb in (on_sqlite, on_postgres):
+        kb.index()
+        answers.append([[h.path for h in kb.search("quarterly report", k=5, mode=mode, **f).hits]
+                        for f in filters for mode in ("hybrid", "vector", "keyword")])
+    assert answers[0] == answers[1] and all(answers[0])
+    monkeypatch.setattr(pg_store, "EXACT_FILTERED_CHUNKS", exact_up_to)
+    directory = on_postgres.config.directories[0]
+    store = on_postgres.backend.open(on_postgres.index_path(directory), name=directory.name)
+    try:
+        allowed = store.chunk_ids_of([f.file_id for f in store.file_facets() if "finance" in f.tags])
+        query = StubEmbedder().embed_query("quarterly report")
+        assert {i for i, _ in store.knn(query, 5, allowed)} == set(allowed.tolist())
+        assert {i for i, _ in store.keyword(["quarterly", "report"], 5, allowed)} == set(allowed.tolist())
+    finally:
+        store.close()

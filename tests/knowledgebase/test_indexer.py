@@ -233,8 +233,8 @@ def test_a_keyword_only_hit_gets_the_cosine_of_its_best_window(tmp_path, make_kb
     kb = make_kb(root)
     kb.index()
     # As if the chunk ranked below the vector pool: its cosine is then computed from its stored windows.
-    monkeypatch.setattr(VectorCache, "knn", lambda self, query, k: [])
-    monkeypatch.setattr(IndexStore, "knn", lambda self, query, k: [])
+    monkeypatch.setattr(VectorCache, "knn", lambda self, query, k, allowed=None: [])
+    monkeypatch.setattr(IndexStore, "knn", lambda self, query, k, allowed=None: [])
     query = "sourdough starter hydration levain timing"
     hit = kb.search(query).hits[0]
     assert hit.path == "long.txt" and hit.found_by == ["keyword"]

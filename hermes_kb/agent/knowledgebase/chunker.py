@@ -25,8 +25,9 @@ from .code_units import KIND_GRAMMARS, code_segments
 from .config import ChunkingConfig
 from .loaders import Document
 
-CHUNKER_VERSION = 8  # 5: PDFs cut at pages and outline sections; 6: code cut at tree-sitter syntax units (code_units.py);
-# 7: HTML main content only, cited by the source file's lines; 8: notebooks, e-mail, tables, org-mode, LaTeX
+CHUNKER_VERSION = 9  # 5: PDFs cut at pages and outline sections; 6: code cut at tree-sitter syntax units (code_units.py);
+# 7: HTML main content only, cited by the source file's lines; 8: notebooks, e-mail, tables, org-mode, LaTeX;
+# 9: notes' tags and dates kept as file metadata (filters.py): every file re-read once, nothing re-embedded
 VECTOR_WINDOW = 128  # estimated pieces per embedded window
 WINDOW_OVERLAP = 20
 MAX_WINDOWS = 32  # per chunk; a longer chunk (a large chunk_size) gets proportionally longer windows

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # the email package loads with the first message: ~20 ms every command would pay
     from email.message import EmailMessage
 
+from .filters import DATE_KEYS, FileMetadata, front_matter_date
 from .loaders import Document, LoadError, check_archive, decode_text, html_document
 
 MAX_OUTPUT_CHARS = 2_000  # of a code cell's text outputs: a training log is not worth 50 chunks
@@ -246,7 +247,6 @@ _FRONT_MATTER = re.compile(r"\A(---|\+\+\+)[ \t]*\r?\n(.*?)\r?\n\1[ \t]*(?:\r?\n
 _INLINE_TAG = re.compile(r"(?<![\w#&/`\[])#([^\W\d][\w/-]*)")
 _H1 = re.compile(r"^# +(.+?)\s*#*\s*$", re.M)
 _FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
-DATE_KEYS = ("date", "created", "updated", "modified")
 MAX_FRONT_MATTER_CHARS = 64_000
 
 
@@ -300,11 +300,12 @@ def _markdown(data: bytes, kind: str) -> Document:
     """A note's front matter read, not indexed as prose, on the same lines (so citations and kb_read
     keep the file's line numbers): its title, aliases and dates become lines of their own, and its
     tags join the note's first H1 (or a title line made of the front matter's title), so they head
-    the note's chunks and count in search."""
+    the note's chunks and count in search. Its tags (with the inline #tags of a note without front
+    matter) and its date are the file's metadata, which search filters read."""
     text = decode_text(data)
     values, end = front_matter(text)
     if not end:
-        return Document(text, kind)
+        return Document(text, kind, metadata=FileMetadata(tuple(note_tags({}, text))))
     block, body = text[:end], text[end:]
     tags = note_tags(values, body)
     marks = " ".join(f"#{tag}" for tag in tags)
@@ -325,7 +326,8 @@ def _markdown(data: bytes, kind: str) -> Document:
     if len(lines) > room:
         lines = lines[:room - 1] + [" · ".join(lines[room - 1:])]
     rewritten = "\n".join(lines + [""] * (room - len(lines)))
-    return Document(rewritten + ("\n" if block.endswith("\n") else "") + body, kind)
+    return Document(rewritten + ("\n" if block.endswith("\n") else "") + body, kind,
+                    metadata=FileMetadata(tuple(tags), front_matter_date(values)))
 
 
 # --- office files and e-books (the optional `office` extra) ------------------------------------------

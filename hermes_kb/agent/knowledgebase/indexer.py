@@ -197,7 +197,7 @@ class _Run:
             self.store.set_meta(reembed_pending=1)  # the journal: these chunks wait for vectors
         try:
             ids = self.store.write_file(file.rel_path, file.size, file.mtime_ns, digest, file.kind, chunks,
-                                        [known.get(c.content_hash) for c in chunks])
+                                        [known.get(c.content_hash) for c in chunks], metadata=document.metadata)
         except FileRefused as exc:
             self.passing_skips.append((file.rel_path, str(exc)))
             self.progress.advance(files=1)

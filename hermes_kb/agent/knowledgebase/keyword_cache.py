@@ -353,8 +353,10 @@ class KeywordCache:
             return None
         return self.ids[held].tolist()
 
-    def search(self, query_words: Sequence[str], k: int, languages: Languages = (analysis.ENGLISH,)) -> list[tuple[int, float]]:
-        """(chunk id, bm25), best first: the ranking FTS5 gives an OR of the same words."""
+    def search(self, query_words: Sequence[str], k: int, languages: Languages = (analysis.ENGLISH,),
+               allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """(chunk id, bm25), best first: the ranking FTS5 gives an OR of the same words; only among the
+        chunk ids `allowed` (ascending) when a filter gives them."""
         times = _query_counts(query_words, languages)
         wanted = np.array(sorted(times), dtype=np.uint64)
         if not len(wanted) or not len(self.hashes) or k < 1:
@@ -367,12 +369,24 @@ class KeywordCache:
         rows = np.concatenate([self.rows[a:b] for a, b, _ in spans])
         weights = np.concatenate([self.weights[a:b] * n if n > 1 else self.weights[a:b] for a, b, n in spans])
         scores = np.bincount(rows, weights, minlength=self.count)
+        if allowed is not None:
+            scores = _only(scores, self.ids, allowed)
         matched = np.flatnonzero(scores)  # rows are in chunk id order, which breaks ties as FTS5 does
         if len(matched) > k:
             kth_best = np.partition(scores[matched], len(matched) - k)[len(matched) - k]
             matched = matched[scores[matched] >= kth_best]
         matched = matched[np.argsort(-scores[matched], kind="stable")][:k]
         return list(zip(self.ids[matched].tolist(), scores[matched].tolist()))
+
+
+def _only(scores: np.ndarray, ids: np.ndarray, allowed: np.ndarray) -> np.ndarray:
+    """`scores` (one per row of the ascending `ids`) kept for the allowed ids, zero elsewhere."""
+    kept = np.zeros_like(scores)
+    if len(ids) and len(allowed):
+        positions = np.minimum(np.searchsorted(ids, allowed), len(ids) - 1)
+        positions = positions[ids[positions] == allowed]
+        kept[positions] = scores[positions]
+    return kept
 
 
 class KeywordDelta:
@@ -393,10 +407,15 @@ class KeywordDelta:
     def document_frequencies(self, query_words: Sequence[str], languages: Languages = (analysis.ENGLISH,)) -> list[float]:
         return self.copy.document_frequencies(query_words, languages)
 
-    def search(self, query_words: Sequence[str], k: int, languages: Languages = (analysis.ENGLISH,)) -> list[tuple[int, float]]:
+    def search(self, query_words: Sequence[str], k: int, languages: Languages = (analysis.ENGLISH,),
+               allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         # The copy is asked for more: chunks deleted since it was built still hold places in its ranking.
-        older = self._alive(self.copy.search(query_words, k + self.gone, languages))
-        newer = bm25(query_words, self.rows, dict(zip(query_words, self.document_frequencies(query_words, languages))),
+        older = self._alive(self.copy.search(query_words, k + self.gone, languages, allowed))
+        rows = self.rows
+        if allowed is not None:
+            wanted = set(allowed.tolist())
+            rows = [row for row in rows if row[0] in wanted]
+        newer = bm25(query_words, rows, dict(zip(query_words, self.document_frequencies(query_words, languages))),
                      self.count, self._mean_tokens, k, languages)
         return sorted([*older, *newer], key=lambda pair: (-pair[1], pair[0]))[:k]
 

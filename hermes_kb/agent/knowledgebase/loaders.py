@@ -18,6 +18,8 @@ from html.parser import HTMLParser
 from io import BytesIO
 from typing import Callable
 
+from .filters import FileMetadata
+
 log = logging.getLogger(__name__)
 
 
@@ -45,6 +47,7 @@ class Document:
     # The source file's 1-based line for each line of `text` (converted formats whose source has lines
     # a person opens: HTML): citations and kb_read then speak of the file's own lines.
     source_lines: tuple[int, ...] = ()
+    metadata: FileMetadata = FileMetadata()  # a note's tags and front matter date (filters.py)
 
 
 # Longest first: the UTF-32-LE mark begins with the UTF-16-LE one.

@@ -41,6 +41,7 @@ import numpy as np
 from . import analysis, keyword_cache, vector_cache
 from .chunker import Chunk
 from .embeddings import ModelIdentity
+from .filters import FileFacet, FileMetadata, pack_tags, unpack_tags
 from .store import CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRefused, FileRow, IndexBusy, StoreCommon, StoreError
 
 SCHEMA_PATTERN = r"kb_[a-z0-9_]{1,40}_[0-9a-f]{10}"  # what schema_name makes, nothing else: never `public`
@@ -50,6 +51,9 @@ MIN_PGVECTOR = (0, 7, 0)  # halfvec, for the HNSW index
 HNSW = {"m": 16, "ef_construction": 64}
 KEYWORD_CANDIDATES = 1000  # chunks the server's term index hands to BM25 when no keyword copy is current
 MAX_EF_SEARCH = 1000  # pgvector's limit
+# A filtered search over at most this many chunks compares their vectors exactly; past it, the HNSW
+# index is walked with the filter (pgvector's iterative scan goes on until enough rows pass it).
+EXACT_FILTERED_CHUNKS = 2_000
 EF_SEARCH = 400  # candidates; 100k chunks (benchmarks/pg_store.py): recall@10 0.910 at 100, 0.954 at 200, 0.975 at 400 (p50 4.7 ms)
 
 _SCHEMA = """
@@ -57,7 +61,7 @@ CREATE TABLE IF NOT EXISTS {s}.meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS {s}.files(
     id BIGSERIAL PRIMARY KEY, path TEXT NOT NULL UNIQUE, size BIGINT NOT NULL, mtime_ns BIGINT NOT NULL,
     content_hash TEXT NOT NULL, kind TEXT NOT NULL, chunk_count INTEGER NOT NULL DEFAULT 0,
-    indexed_at DOUBLE PRECISION NOT NULL, error TEXT);
+    indexed_at DOUBLE PRECISION NOT NULL, error TEXT, tags TEXT NOT NULL DEFAULT '', dated DOUBLE PRECISION);
 CREATE TABLE IF NOT EXISTS {s}.chunks(
     id BIGSERIAL PRIMARY KEY, file_id BIGINT NOT NULL REFERENCES {s}.files(id) ON DELETE CASCADE,
     ord INTEGER NOT NULL, text TEXT NOT NULL, start_char INTEGER NOT NULL, end_char INTEGER NOT NULL,
@@ -76,6 +80,11 @@ _ANALYSED = """
 ALTER TABLE {s}.chunks DROP COLUMN IF EXISTS tsv;
 ALTER TABLE {s}.chunk_terms ADD COLUMN IF NOT EXISTS hashes BIGINT[] NOT NULL DEFAULT '{{}}';
 CREATE INDEX IF NOT EXISTS chunk_terms_hashes ON {s}.chunk_terms USING gin(hashes);
+"""
+# Files' tags and front matter dates (filters.py), for schemas written before they were kept.
+_FACETS = """
+ALTER TABLE {s}.files ADD COLUMN IF NOT EXISTS tags TEXT NOT NULL DEFAULT '';
+ALTER TABLE {s}.files ADD COLUMN IF NOT EXISTS dated DOUBLE PRECISION;
 """
 
 
@@ -223,6 +232,7 @@ class PgIndexStore(StoreCommon):
             raise StoreError(f"No index for {self.name} on the server; run `hermes kb index` first.")
         if exists:
             self._check_owner()
+            self._add_facet_columns()
         else:
             with self.transaction():
                 conn.execute(f'CREATE SCHEMA "{schema}"')  # fails if another role created it meanwhile
@@ -231,6 +241,14 @@ class PgIndexStore(StoreCommon):
                     self.set_meta(schema_version=SCHEMA_VERSION, created_at=time.time(), name=self.name,
                                   analyzer=analysis.ANALYZER)
         self._check_schema(self.name)
+
+    def _add_facet_columns(self) -> None:
+        """An older schema's files get tags and dates (filled as the next run re-reads each file)."""
+        present = self.conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s "
+                                    "AND table_name = 'files' AND column_name = 'tags'", (self.schema,)).fetchone()
+        if present is None:
+            with self.transaction():
+                self.conn.execute(_FACETS.format(s=f'"{self.schema}"'))
 
     def reanalyse(self) -> int:
         """Every chunk's terms made again from its stored text with this analyzer, in one transaction
@@ -339,6 +357,16 @@ class PgIndexStore(StoreCommon):
     def touch_file(self, file_id: int, size: int, mtime_ns: int) -> None:
         self.conn.execute(f"UPDATE {self._t('files')} SET size = %s, mtime_ns = %s WHERE id = %s", (size, mtime_ns, file_id))
 
+    def file_facets(self) -> list[FileFacet]:
+        rows = self.conn.execute(f"SELECT id, path, kind, tags, COALESCE(dated, mtime_ns / 1e9) FROM {self._t('files')} "
+                                 f"WHERE chunk_count > 0").fetchall()
+        return [FileFacet(file_id, path, kind, unpack_tags(tags), float(when)) for file_id, path, kind, tags, when in rows]
+
+    def chunk_ids_of(self, file_ids: Sequence[int]) -> np.ndarray:
+        rows = self.conn.execute(f"SELECT id FROM {self._t('chunks')} WHERE file_id = ANY(%s) ORDER BY id",
+                                 (list(file_ids),)).fetchall()
+        return np.array([row[0] for row in rows], dtype=np.int64)
+
     def _delete_chunks_of(self, file_ids: Sequence[int]) -> None:
         if not file_ids:
             return
@@ -350,32 +378,32 @@ class PgIndexStore(StoreCommon):
 
     def write_file(self, path: str, size: int, mtime_ns: int, content_hash: str, kind: str,
                    chunks: Sequence[Chunk], vectors: Sequence[np.ndarray | None] | None,
-                   error: str | None = None) -> list[int]:
+                   error: str | None = None, metadata: FileMetadata = FileMetadata()) -> list[int]:
         """Replace everything known about one file in one transaction; its chunk ids. Text the server
         refuses (loaders.storable cleans what is known) is that file's FileRefused, never the run's."""
         psycopg = driver()
         try:
-            return self._write_file(path, size, mtime_ns, content_hash, kind, chunks, vectors, error)
+            return self._write_file(path, size, mtime_ns, content_hash, kind, chunks, vectors, error, metadata)
         except (psycopg.DataError, UnicodeEncodeError) as exc:
             first = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise FileRefused(f"PostgreSQL refused its text ({first})") from None
 
     def _write_file(self, path: str, size: int, mtime_ns: int, content_hash: str, kind: str,
                     chunks: Sequence[Chunk], vectors: Sequence[np.ndarray | None] | None,
-                    error: str | None) -> list[int]:
+                    error: str | None, metadata: FileMetadata) -> list[int]:
         with self.transaction():
             generation = self._bump_generation()
             row = self.conn.execute(f"SELECT id FROM {self._t('files')} WHERE path = %s", (path,)).fetchone()
-            values = (size, mtime_ns, content_hash, kind, len(chunks), time.time(), error)
+            values = (size, mtime_ns, content_hash, kind, len(chunks), time.time(), error, pack_tags(metadata.tags), metadata.dated)
             if row:
                 self._delete_chunks_of([row[0]])
                 self.conn.execute(f"UPDATE {self._t('files')} SET size=%s, mtime_ns=%s, content_hash=%s, kind=%s, "
-                                  f"chunk_count=%s, indexed_at=%s, error=%s WHERE id=%s", (*values, row[0]))
+                                  f"chunk_count=%s, indexed_at=%s, error=%s, tags=%s, dated=%s WHERE id=%s", (*values, row[0]))
                 file_id = row[0]
             else:
                 file_id = self.conn.execute(
-                    f"INSERT INTO {self._t('files')}(path, size, mtime_ns, content_hash, kind, chunk_count, indexed_at, error) "
-                    f"VALUES (%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id", (path, *values)).fetchone()[0]
+                    f"INSERT INTO {self._t('files')}(path, size, mtime_ns, content_hash, kind, chunk_count, indexed_at, error, "
+                    f"tags, dated) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id", (path, *values)).fetchone()[0]
             # Ids first, then COPY: one round trip per table instead of three statements per chunk.
             ids = [r[0] for r in self.conn.execute(
                 "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",
@@ -450,22 +478,28 @@ class PgIndexStore(StoreCommon):
                           f"((embedding::{self._v('halfvec')}({dim})) {self._v('halfvec_cosine_ops')}) WITH (m = {HNSW['m']}, "
                           f"ef_construction = {HNSW['ef_construction']})")
 
-    def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def knn(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         """(chunk id, cosine of its best window), best first. The HNSW index (halfvec) picks ef_search
         candidates; they are re-scored in float32, so scores equal SQLite's for the same vectors and
-        near-ties among similar windows are ordered exactly."""
+        near-ties among similar windows are ordered exactly. `allowed`: a filter's chunk ids."""
         if not self.has_vector_table() or not np.any(query):
             return []
+        if allowed is not None and len(allowed) <= EXACT_FILTERED_CHUNKS:
+            return vector_cache.exact_knn(self.vectors_for, query, k, allowed)
         dim, candidates = int(self.meta("dimension")), max(EF_SEARCH, 4 * k)
+        only, arguments = "", [_literal(query), _literal(query), candidates, 4 * k]
+        if allowed is not None:
+            only = f"WHERE id >> {WINDOW_BITS} = ANY(%s::bigint[]) "
+            arguments.insert(1, allowed.tolist())
         with self.transaction():
             # pgvector caps ef_search at 1000; past it, the iterative scan goes on until LIMIT is met.
             self.conn.execute(f"SET LOCAL hnsw.ef_search = {min(candidates, MAX_EF_SEARCH)}")
             self.conn.execute("SET LOCAL hnsw.iterative_scan = relaxed_order")
             rows = self.conn.execute(
                 f"SELECT id, 1 - (embedding {self._distance()} %s::{self._v('vector')}) AS score FROM (SELECT id, embedding "
-                f"FROM {self._t('chunk_vec')} ORDER BY embedding::{self._v('halfvec')}({dim}) {self._distance()} "
+                f"FROM {self._t('chunk_vec')} {only}ORDER BY embedding::{self._v('halfvec')}({dim}) {self._distance()} "
                 f"%s::{self._v('halfvec')}({dim}) LIMIT %s) AS candidates "
-                f"ORDER BY score DESC LIMIT %s", (_literal(query), _literal(query), candidates, 4 * k)).fetchall()
+                f"ORDER BY score DESC LIMIT %s", arguments).fetchall()
         if not rows:
             return []
         return vector_cache.best_per_chunk(np.array([r[0] for r in rows], dtype=np.int64),
@@ -473,7 +507,7 @@ class PgIndexStore(StoreCommon):
 
     # --- keywords: the BM25 copy is built from chunk_terms, as from SQLite's; searched here only
     # when no current copy can be had (a reader while another host writes, an index past its size)
-    def keyword(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
+    def keyword(self, terms: Sequence[str], k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         """(chunk id, bm25), best first: the GIN index of term hashes finds the chunks holding the
         query's rarest terms (up to KEYWORD_CANDIDATES), scored with BM25 from their own terms, as a
         copy would score them."""
@@ -489,9 +523,12 @@ class PgIndexStore(StoreCommon):
                 total += df
         if not wanted:
             return []
+        only, arguments = "", [wanted, KEYWORD_CANDIDATES]
+        if allowed is not None:
+            only = "AND chunk_id = ANY(%s::bigint[]) "
+            arguments.insert(1, allowed.tolist())
         found = [row[0] for row in self.conn.execute(
-            f"SELECT chunk_id FROM {self._t('chunk_terms')} WHERE hashes && %s::bigint[] LIMIT %s",
-            (wanted, KEYWORD_CANDIDATES)).fetchall()]
+            f"SELECT chunk_id FROM {self._t('chunk_terms')} WHERE hashes && %s::bigint[] {only}LIMIT %s", arguments).fetchall()]
         count, mean_tokens = self.conn.execute(f"SELECT COUNT(*), COALESCE(AVG(tokens), 0) FROM {self._t('chunk_terms')}").fetchone()
         return keyword_cache.bm25(words, self.terms_of(found), dict(zip(words, self._most_frequent(per_word, frequencies))),
                                   count, float(mean_tokens), k, languages)

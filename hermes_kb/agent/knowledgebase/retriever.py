@@ -7,7 +7,6 @@ compares like with like instead of treating "not in the other top-k" as zero.
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import logging
 import os
@@ -20,10 +19,11 @@ import numpy as np
 
 from . import analysis, snippets
 from .chunker import estimate_tokens
+from .filters import SearchFilter
 from .keyword_cache import KeywordCache, idf
 from .loaders import part_label
 from .snippets import Snippet
-from .store import VEC_MAX_K, IndexStore
+from .store import IndexStore
 from .vector_cache import VectorCache
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,11 @@ class SearchSource:
     def vector_index(self) -> VectorCache | IndexStore:
         return self.vectors or self.store
 
+    def allowed(self, search_filter: SearchFilter) -> np.ndarray:
+        """The ids of the chunks a filter lets this search answer from, ascending."""
+        files = [facet.file_id for facet in self.store.file_facets() if search_filter.admits(facet)]
+        return self.store.chunk_ids_of(files) if files else np.empty(0, dtype=np.int64)
+
 
 @dataclass(frozen=True)
 class SearchOptions:
@@ -89,8 +94,7 @@ class SearchOptions:
     rrf_k: int = 60
     min_score: float = 0.0
     max_tokens: int | None = None
-    path_glob: str | None = None
-    kind: str | None = None
+    filter: SearchFilter = SearchFilter()
     keyword_row_budget: int | None = None  # see affordable_terms
 
 
@@ -281,9 +285,10 @@ class _Candidate:
 
 
 def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[[], np.ndarray],
-            options: SearchOptions, result: SearchResult) -> list[_Candidate]:
-    filtered = bool(options.path_glob or options.kind)
-    pool = VEC_MAX_K if filtered else max(50, 4 * options.k)
+            options: SearchOptions, result: SearchResult, allowed: dict[Path, np.ndarray]) -> list[_Candidate]:
+    """Each source's keyword and vector candidates; with a filter, `allowed` holds the chunk ids
+    each pass is restricted to, so a narrow filter fills its pool as an unfiltered search does."""
+    pool = max(50, 4 * options.k)
     terms = query_terms(query)
     searched = terms + identifier_terms(query, terms)  # the scale (keyword_scale) counts the query's own words only
     use_keyword = options.mode in ("hybrid", "keyword") and bool(terms)
@@ -303,20 +308,21 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
         # One keyword pass ranks deeper than the pool: the rows past the pool are not candidates,
         # but they give vector candidates their bm25 without a second search.
         depth = max(pool, KEYWORD_SCORE_DEPTH) if options.mode == "hybrid" else pool
+        only = allowed.get(source.key)
         if source.keywords:
-            keyword_scores = source.keywords.search(searched, depth, source.languages)
+            keyword_scores = source.keywords.search(searched, depth, source.languages, only)
         else:
-            keyword_scores = source.store.keyword(affordable_terms(source.store, searched, options.keyword_row_budget), depth)
+            keyword_scores = source.store.keyword(affordable_terms(source.store, searched, options.keyword_row_budget), depth, only)
         for rank, (chunk_id, score) in enumerate(keyword_scores[:pool]):
             by_source[source.key][chunk_id] = _Candidate(source, chunk_id, bm25=score, found_by=["keyword"],
                                                           keyword_rank=rank)
         deeper[source.key] = dict(keyword_scores)
         scales[source.key] = keyword_scale(source, terms)
-        _mark_exact(source, query, by_source[source.key], deeper[source.key])
+        _mark_exact(source, query, by_source[source.key], deeper[source.key], only)
     vector = query_vector() if vector_sources else None
     for source in vector_sources:
         by_id = by_source[source.key]
-        for rank, (chunk_id, cosine) in enumerate(source.vector_index.knn(vector, pool)):
+        for rank, (chunk_id, cosine) in enumerate(source.vector_index.knn(vector, pool, allowed.get(source.key))):
             candidate = by_id.setdefault(chunk_id, _Candidate(source, chunk_id))
             candidate.cosine, candidate.vector_rank = cosine, rank
             candidate.found_by.insert(0, "vector")
@@ -334,7 +340,8 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
     return candidates
 
 
-def _mark_exact(source: SearchSource, query: str, by_id: dict[int, _Candidate], bm25: dict[int, float]) -> None:
+def _mark_exact(source: SearchSource, query: str, by_id: dict[int, _Candidate], bm25: dict[int, float],
+                allowed: np.ndarray | None) -> None:
     """Chunks holding a literal of the query letter for letter (FTS5 finds the phrase, the text confirms
     the punctuation) become candidates marked exact, found or not by the ranked keyword pass.
 
@@ -345,6 +352,8 @@ def _mark_exact(source: SearchSource, query: str, by_id: dict[int, _Candidate], 
         ids = source.keywords.holders_of_all_terms(literal, EXACT_DEPTH, source.languages) if source.keywords else None
         if ids is None:
             ids = [chunk_id for chunk_id, _ in source.store.keyword_phrase(literal, EXACT_DEPTH)]
+        if allowed is not None:
+            ids = [chunk_id for chunk_id in ids if contains(allowed, chunk_id)]
         for chunk_id, row in source.store.chunks(ids).items():
             if _holds(row.text, literal):
                 candidate = by_id.setdefault(chunk_id, _Candidate(source, chunk_id, bm25=bm25.get(chunk_id, 0.0)))
@@ -435,7 +444,14 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
     result = SearchResult()
     if options.mode == "vector" and all(s.vector_refusal for s in sources) and sources:
         raise SearchError(" ".join(s.vector_refusal for s in sources if s.vector_refusal))
-    scored = _fuse(_gather(sources, query, query_vector, options, result), options, query, coverage)
+    allowed: dict[Path, np.ndarray] = {}
+    if options.filter:
+        allowed = {source.key: source.allowed(options.filter) for source in sources}
+        sources = [source for source in sources if len(allowed[source.key])]
+        if not sources:
+            result.warnings.append("No indexed file matches the filters; nothing was searched.")
+            return result
+    scored = _fuse(_gather(sources, query, query_vector, options, result, allowed), options, query, coverage)
     rows: dict[tuple[str, int], object] = {}
     kept: list[Hit] = []
     spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
@@ -452,10 +468,6 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
                 break
             row = rows.get((candidate.source.key, candidate.chunk_id))
             if row is None:
-                continue
-            if options.kind and row.kind != options.kind:
-                continue
-            if options.path_glob and not fnmatch.fnmatch(row.path, options.path_glob):
                 continue
             freshness = _freshness(f"{candidate.source.root}/{row.path}", row)
             if freshness == "gone":
@@ -480,6 +492,11 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
         if len(kept) >= options.k or (window and window[-1][0] < options.min_score):
             break
     return _finish(result, kept)
+
+
+def contains(sorted_ids: np.ndarray, chunk_id: int) -> bool:
+    position = int(np.searchsorted(sorted_ids, chunk_id))
+    return position < len(sorted_ids) and int(sorted_ids[position]) == chunk_id
 
 
 def _freshness(path: str, row) -> str:

@@ -15,12 +15,13 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from . import embeddings, keyword_cache, readable, vector_cache
 from .backends import backend_for
 from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, resolve_path, unique_name
 from .embeddings import EmbeddingError
+from .filters import FilterError, SearchFilter, search_filter
 from .indexer import (
     IndexSummary,
     ModelMismatchError,
@@ -31,7 +32,7 @@ from .indexer import (
 )
 from .keyword_cache import KeywordCache, KeywordDelta
 from .retriever import SearchError, SearchOptions, SearchResult, SearchSource, search, well_formed
-from .scanner import IgnoreRules, scan
+from .scanner import FILE_KINDS, IgnoreRules, scan
 from .store import IndexBusy, IndexCorrupt, IndexStore, StoreError, index_files, writer_lock
 from .vector_cache import VectorCache
 
@@ -64,7 +65,7 @@ class KnowledgebaseError(RuntimeError):
 
 
 # Everything a user (or a model's tool call) can cause: shown as one sentence, never a traceback.
-USER_ERRORS = (ConfigError, KnowledgebaseError, SearchError, StoreError, EmbeddingError, ModelMismatchError)
+USER_ERRORS = (ConfigError, KnowledgebaseError, SearchError, StoreError, EmbeddingError, ModelMismatchError, FilterError)
 
 
 def expected_identity(config: embeddings.EmbeddingConfig) -> tuple[str, str]:
@@ -315,14 +316,18 @@ class KnowledgeBase:
 
     def search(self, query: str, k: int = 10, directory: str | None = None, mode: str = "hybrid",
                path_glob: str | None = None, kind: str | None = None, max_tokens: int | None = None,
-               min_score: float | None = None) -> SearchResult:
-        """Search; hits from small files that changed since indexing are re-indexed and searched again."""
+               min_score: float | None = None, tags: Sequence[str] | str = (), since: object = None,
+               before: object = None) -> SearchResult:
+        """Search; hits from small files that changed since indexing are re-indexed and searched again.
+        kind, path_glob, tags, since and before narrow it to the files they admit (filters.py); dates
+        are ISO dates, spans such as `7d`, or epoch seconds."""
         if not isinstance(query, str):
             raise KnowledgebaseError("The query must be text.")
         if len(query) > MAX_QUERY_CHARS:
             raise KnowledgebaseError(f"The query is {len(query):,} characters long; at most {MAX_QUERY_CHARS:,} "
                                      f"are searched, so shorten it to the words that matter.")
-        arguments = dict(query=well_formed(query), k=k, directory=directory, mode=mode, path_glob=path_glob, kind=kind,
+        only = search_filter(FILE_KINDS, kind, path_glob, tags, since, before)
+        arguments = dict(query=well_formed(query), k=k, directory=directory, mode=mode, only=only,
                          max_tokens=max_tokens, min_score=min_score)
         result = self._search(**arguments)
         stale: dict[str, set[str]] = {}
@@ -341,14 +346,14 @@ class KnowledgeBase:
                     log.warning("could not refresh %s before answering: %s", target.name, exc)
         return self._search(**arguments)
 
-    def _search(self, query: str, k: int, directory: str | None, mode: str, path_glob: str | None,
-                kind: str | None, max_tokens: int | None, min_score: float | None) -> SearchResult:
+    def _search(self, query: str, k: int, directory: str | None, mode: str, only: SearchFilter,
+                max_tokens: int | None, min_score: float | None) -> SearchResult:
         targets = self.targets(directory)
         fenced: list[str] = []  # why an index was left out of this search, one sentence each
         options = SearchOptions(
             k=k, mode=mode, fusion=self.config.fusion, alpha=self.config.alpha, rrf_k=self.config.rrf_k,
             min_score=self.config.min_score if min_score is None else min_score,
-            max_tokens=max_tokens, path_glob=path_glob, kind=kind, keyword_row_budget=self.config.keyword_row_budget)
+            max_tokens=max_tokens, filter=only, keyword_row_budget=self.config.keyword_row_budget)
         for _ in range(len(targets) + 1):  # each retry has fenced off one more bad index
             with contextlib.ExitStack() as stack:
                 sources = []

@@ -12,6 +12,7 @@ import contextlib
 import errno
 import fcntl
 import functools
+import json
 import logging
 import os
 import time
@@ -24,6 +25,7 @@ import numpy as np
 from . import analysis, keyword_cache, vector_cache
 from .chunker import Chunk
 from .embeddings import ModelIdentity
+from .filters import FileFacet, FileMetadata, pack_tags, unpack_tags
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +49,9 @@ CREATE TABLE IF NOT EXISTS files(
     kind TEXT NOT NULL,
     chunk_count INTEGER NOT NULL DEFAULT 0,
     indexed_at REAL NOT NULL,
-    error TEXT
+    error TEXT,
+    tags TEXT NOT NULL DEFAULT '',  -- filters.pack_tags: a note's tags, one per line
+    dated REAL  -- a note's front matter date (epoch seconds); NULL: its mtime stands
 );
 CREATE TABLE IF NOT EXISTS chunks(
     id INTEGER PRIMARY KEY,
@@ -329,6 +333,7 @@ class IndexStore(StoreCommon):
             for pragma in ("journal_mode=WAL", "foreign_keys=ON", "synchronous=NORMAL", "busy_timeout=30000"):
                 self.conn.execute(f"PRAGMA {pragma}")
             self.conn.executescript(_SCHEMA)
+            self._add_facet_columns()
             if self.meta("schema_version") is None:
                 with self.transaction():
                     self.conn.execute(FTS_TABLE)
@@ -336,6 +341,15 @@ class IndexStore(StoreCommon):
             self._check_schema(f"{name} ({path})")
         except module.DatabaseError as exc:
             raise explain(exc, path, name) from None
+
+    def _add_facet_columns(self) -> None:
+        """Files of an index written before tags and dates were kept get the columns (empty until the
+        next run re-reads them: chunker.CHUNKER_VERSION 9 re-chunks every file, re-embedding nothing)."""
+        columns = {row[1] for row in self.conn.execute("PRAGMA table_info(files)")}
+        if "tags" not in columns:
+            with self.transaction():
+                self.conn.execute("ALTER TABLE files ADD COLUMN tags TEXT NOT NULL DEFAULT ''")
+                self.conn.execute("ALTER TABLE files ADD COLUMN dated REAL")
 
     def reanalyse(self) -> int:
         """Every chunk's keyword terms made again from its stored text with this analyzer (an index
@@ -437,6 +451,17 @@ class IndexStore(StoreCommon):
     def touch_file(self, file_id: int, size: int, mtime_ns: int) -> None:
         self.conn.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE id = ?", (size, mtime_ns, file_id))
 
+    def file_facets(self) -> list[FileFacet]:
+        """Every file that has chunks, as search filters judge it."""
+        rows = self.conn.execute("SELECT id, path, kind, tags, COALESCE(dated, mtime_ns / 1e9) FROM files WHERE chunk_count > 0")
+        return [FileFacet(file_id, path, kind, unpack_tags(tags), when) for file_id, path, kind, tags, when in rows]
+
+    def chunk_ids_of(self, file_ids: Sequence[int]) -> np.ndarray:
+        """The chunk ids of these files, ascending (a filtered search's allowed set)."""
+        rows = self.conn.execute("SELECT id FROM chunks WHERE file_id IN (SELECT value FROM json_each(?)) ORDER BY id",
+                                 (json.dumps(list(file_ids)),))
+        return np.fromiter((row[0] for row in rows), dtype=np.int64)
+
     def _delete_chunks_of(self, file_ids: Sequence[int]) -> None:
         if not file_ids:
             return
@@ -450,22 +475,23 @@ class IndexStore(StoreCommon):
 
     def write_file(self, path: str, size: int, mtime_ns: int, content_hash: str, kind: str,
                    chunks: Sequence[Chunk], vectors: Sequence[np.ndarray | None] | None,
-                   error: str | None = None) -> list[int]:
+                   error: str | None = None, metadata: FileMetadata = FileMetadata()) -> list[int]:
         """Replace everything known about one file, atomically, and return its chunk ids. `vectors[i]`
         holds chunk i's window vectors, one row each (a single 1-D vector is one window); a chunk
         whose entry is None (or every chunk, with vectors None) waits for `add_vectors`."""
         with self.transaction():
             generation = self._bump_generation()
             row = self.conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
+            values = (size, mtime_ns, content_hash, kind, len(chunks), time.time(), error, pack_tags(metadata.tags), metadata.dated)
             if row:
                 self._delete_chunks_of([row[0]])
-                self.conn.execute("UPDATE files SET size=?, mtime_ns=?, content_hash=?, kind=?, chunk_count=?, indexed_at=?, error=? WHERE id=?",
-                                  (size, mtime_ns, content_hash, kind, len(chunks), time.time(), error, row[0]))
+                self.conn.execute("UPDATE files SET size=?, mtime_ns=?, content_hash=?, kind=?, chunk_count=?, indexed_at=?, "
+                                  "error=?, tags=?, dated=? WHERE id=?", (*values, row[0]))
                 file_id = row[0]
             else:
                 file_id = self.conn.execute(
-                    "INSERT INTO files(path, size, mtime_ns, content_hash, kind, chunk_count, indexed_at, error) VALUES (?,?,?,?,?,?,?,?)",
-                    (path, size, mtime_ns, content_hash, kind, len(chunks), time.time(), error)).lastrowid
+                    "INSERT INTO files(path, size, mtime_ns, content_hash, kind, chunk_count, indexed_at, error, tags, dated) "
+                    "VALUES (?,?,?,?,?,?,?,?,?,?)", (path, *values)).lastrowid
             ids: list[int] = []
             used: set[str] = set()
             for ord_, chunk in enumerate(chunks):
@@ -551,9 +577,13 @@ class IndexStore(StoreCommon):
                 ids = np.frombuffer(rowids, dtype=np.int64)[valid]
                 yield ids, np.frombuffer(vectors, dtype=np.float32).reshape(size, dim)[valid]
 
-    def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
+    def knn(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         """(chunk id, cosine of its best window), best first. Asks for 4 windows a chunk: most chunks
-        have one or two, so k chunks are almost always among them."""
+        have one or two, so k chunks are almost always among them. With `allowed` (a filter's chunk
+        ids), those chunks' vectors are compared exactly: this runs only while no current vector copy
+        exists, and sqlite-vec's KNN cannot be limited to a set of chunks."""
+        if allowed is not None:
+            return vector_cache.exact_knn(self.vectors_for, query, k, allowed)
         rows = self.conn.execute("SELECT rowid, distance FROM chunk_vec WHERE embedding MATCH ? AND k = ?",
                                  (_blob(query), min(4 * k, VEC_MAX_K)))
         # A zero query vector has no cosine distance (NULL); it matches nothing.
@@ -564,19 +594,25 @@ class IndexStore(StoreCommon):
         return vector_cache.best_per_chunk(np.array(ids, dtype=np.int64), np.array(scores), k)
 
     # --- keywords -----------------------------------------------------------------------
-    def keyword(self, terms: Sequence[str], k: int) -> list[tuple[int, float]]:
-        """(chunk id, positive bm25 score), best first, of chunks holding any of the terms."""
-        return self._match(fts_query(terms, self.latin_languages()), k)
+    def keyword(self, terms: Sequence[str], k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """(chunk id, positive bm25 score), best first, of chunks holding any of the terms (and among
+        the `allowed` chunk ids, when a filter gives them)."""
+        return self._match(fts_query(terms, self.latin_languages()), k, allowed)
 
     def keyword_phrase(self, literal: str, k: int) -> list[tuple[int, float]]:
         """Chunks holding the literal's words in order, next to each other (punctuation aside)."""
         return self._match(fts_phrase(literal, self.latin_languages()), k)
 
-    def _match(self, match: str | None, k: int) -> list[tuple[int, float]]:
+    def _match(self, match: str | None, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         if not match:
             return []
-        rows = self.conn.execute("SELECT rowid, -bm25(chunks_fts) AS score FROM chunks_fts WHERE chunks_fts MATCH ? "
-                                 "ORDER BY bm25(chunks_fts) LIMIT ?", (match, k))
+        if allowed is not None:
+            rows = self.conn.execute("SELECT rowid, -bm25(chunks_fts) AS score FROM chunks_fts WHERE chunks_fts MATCH ? "
+                                     "AND rowid IN (SELECT value FROM json_each(?)) ORDER BY bm25(chunks_fts) LIMIT ?",
+                                     (match, json.dumps(allowed.tolist()), k))
+        else:
+            rows = self.conn.execute("SELECT rowid, -bm25(chunks_fts) AS score FROM chunks_fts WHERE chunks_fts MATCH ? "
+                                     "ORDER BY bm25(chunks_fts) LIMIT ?", (match, k))
         return [(rowid, score) for rowid, score in rows]
 
     def chunk_total(self) -> int:

@@ -29,7 +29,7 @@ import functools
 import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -64,6 +64,32 @@ def best_per_chunk(ids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[in
     _, first = np.unique(chunks, return_index=True)
     first = np.sort(first)[:k]
     return list(zip(chunks[first].tolist(), scores[order][first].tolist()))
+
+
+EXACT_BATCH_CHUNKS = 4_096  # chunks whose vectors are read at once when a filtered search compares exactly
+
+
+def exact_knn(vectors_for: Callable[[Sequence[int]], dict[int, np.ndarray]], query: np.ndarray, k: int,
+              allowed: np.ndarray) -> list[tuple[int, float]]:
+    """The k allowed chunks nearest the query, every one compared: a store's filtered search when no
+    current copy exists (its own KNN index cannot be limited to a set of chunks)."""
+    query = np.asarray(query, dtype=np.float32)
+    if not np.any(query) or k < 1:
+        return []
+    best: list[tuple[int, float]] = []
+    for begin in range(0, len(allowed), EXACT_BATCH_CHUNKS):
+        stored = vectors_for(allowed[begin:begin + EXACT_BATCH_CHUNKS].tolist())
+        best += [(chunk_id, float((windows @ query).max())) for chunk_id, windows in stored.items()]
+        best = sorted(best, key=lambda pair: (-pair[1], pair[0]))[:k]
+    return best
+
+
+def _spans(begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Every position in [begins[i], ends[i]) for each i, concatenated."""
+    lengths = ends - begins
+    if not lengths.sum():
+        return np.empty(0, dtype=np.int64)
+    return np.repeat(begins - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
 
 
 def group_by_chunk(ids: np.ndarray, vectors: np.ndarray) -> dict[int, np.ndarray]:
@@ -237,17 +263,21 @@ class VectorCache:
         self.codes = arrays["codes"].reshape(_words(self.dim), self.count)
         self.quantized = arrays["quantized"].reshape(self.count, self.dim)
 
-    def knn(self, query: np.ndarray, k: int) -> list[tuple[int, float]]:
-        """(chunk id, cosine of its best window), best first; exact up to EXACT_SCAN_ROWS rows."""
+    def knn(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+        """(chunk id, cosine of its best window), best first; exact up to EXACT_SCAN_ROWS rows. With
+        `allowed` (a filter's chunk ids, ascending), only those chunks' rows are ranked: exactly when
+        they are few, else shortlisted among themselves, so a narrow filter never comes back short."""
         query = np.asarray(query, dtype=np.float32)
         norm = float(np.linalg.norm(query))
         if self.count == 0 or norm == 0 or k < 1:
             return []
         query = query / norm
-        if self.count <= EXACT_SCAN_ROWS:
-            rows = np.arange(self.count)
-        else:
-            rows = self._shortlist(query, max(MIN_SHORTLIST, 20 * k, int(self.count * SHORTLIST_FRACTION)))
+        rows = np.arange(self.count) if allowed is None else self._rows_of(allowed)
+        if len(rows) > EXACT_SCAN_ROWS:
+            rows = self._shortlist(query, max(MIN_SHORTLIST, 20 * k, int(len(rows) * SHORTLIST_FRACTION)),
+                                   None if allowed is None else rows)
+        if not len(rows):
+            return []
         rescore = max(RESCORE_ROWS, 4 * k)
         with _blas().limit(limits=1, user_api="blas"):
             if len(rows) > rescore:
@@ -260,8 +290,15 @@ class VectorCache:
             rows, scores = rows[best], scores[best]
         return best_per_chunk(self.ids[rows], scores, k)
 
-    def _shortlist(self, query: np.ndarray, size: int) -> np.ndarray:
-        """Row positions of the `size` codes nearest the query's (ties cut by position), in row order."""
+    def _rows_of(self, chunk_ids: np.ndarray) -> np.ndarray:
+        """Row positions of these chunks' window vectors, ascending."""
+        begins = np.searchsorted(self.sorted_ids, chunk_ids << WINDOW_BITS)
+        ends = np.searchsorted(self.sorted_ids, (chunk_ids + 1) << WINDOW_BITS)
+        return np.sort(self.sorted_rows[_spans(begins, ends)])
+
+    def _shortlist(self, query: np.ndarray, size: int, among: np.ndarray | None = None) -> np.ndarray:
+        """Row positions of the `size` codes nearest the query's (ties cut by position), in row order;
+        only rows of `among` (ascending positions) when given."""
         code = _sign_codes(query[None, :], self.mean, self.codes.shape[0])[:, 0]
         distance = np.empty(self.count, dtype=np.uint16)
 
@@ -290,6 +327,12 @@ class VectorCache:
             middle = self.count // 2
             with ThreadPoolExecutor(max_workers=2) as pool:
                 histogram = sum(pool.map(hamming, (slice(0, middle), slice(middle, None))))
+        if among is not None:  # the rows left out go past every distance, so the cut-off counts the rest
+            histogram = np.bincount(distance[among], minlength=len(histogram))
+            kept = distance[among]
+            distance[:] = np.iinfo(distance.dtype).max
+            distance[among] = kept
+            size = min(size, len(among))
         # A histogram threshold instead of argpartition: distances are small integers, and a
         # partial sort of a million of them costs more than the Hamming pass itself.
         cumulative = np.cumsum(histogram)
@@ -305,7 +348,7 @@ class VectorCache:
             return {}
         begins = np.searchsorted(self.sorted_ids, wanted << WINDOW_BITS)
         ends = np.searchsorted(self.sorted_ids, (wanted + 1) << WINDOW_BITS)
-        positions = np.concatenate([np.arange(a, b, dtype=np.int64) for a, b in zip(begins, ends)])
+        positions = _spans(begins, ends)
         return group_by_chunk(self.sorted_ids[positions], self._float_rows(self.sorted_rows[positions]))
 
     def _float_rows(self, rows: np.ndarray) -> np.ndarray:

@@ -1,0 +1,186 @@
+"""Search filters (tag, kind, path, date) as a user meets them: applied inside each retriever, so a
+narrow filter still fills k; the same answers from the memory-mapped copies and from the store's
+own indexes; one sentence for a value that cannot be read."""
+
+import datetime as dt
+import io
+import os
+
+import numpy as np
+import pytest
+from rich.console import Console
+
+from hermes_kb.agent.knowledgebase import vector_cache
+from hermes_kb.agent.knowledgebase.filters import (FileFacet, FilterError, SearchFilter, parse_when,
+                                                   search_filter)
+from hermes_kb.agent.knowledgebase.loaders import load
+from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
+from hermes_kb.agent.knowledgebase.service import USER_ERRORS
+from hermes_kb.hermes_cli.kb_command import run_kb
+from hermes_kb.tools.knowledgebase_tool import TOOL_ERRORS, run_tool
+from hermes_kb.tools.permissions import Permissions
+
+NOW = dt.datetime(2026, 12, 3, 12, 0)
+OLD = dt.datetime(2024, 1, 15).timestamp()
+
+
+def facet(path="a.md", kind="markdown", tags=(), when=NOW.timestamp()):
+    return FileFacet(1, path, kind, tags, when)
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("2026-11-30", dt.datetime(2026, 11, 30).timestamp()),
+    ("2026-11-30T09:30", dt.datetime(2026, 11, 30, 9, 30).timestamp()),
+    ("7d", NOW.timestamp() - 7 * 86400),
+    ("2 weeks ago", NOW.timestamp() - 14 * 86400),
+    ("12h", NOW.timestamp() - 12 * 3600),
+    ("today", dt.datetime(2026, 12, 3).timestamp()),
+    ("yesterday", dt.datetime(2026, 12, 2).timestamp()),
+    (None, None),
+])
+def test_dates_are_read_as_people_write_them(text, expected):
+    assert parse_when(text, NOW) == expected
+
+
+@pytest.mark.parametrize("text", ["last tuesday", "2026-13-40", "7 fortnights", "-3d"])
+def test_a_date_that_cannot_be_read_says_how_to_write_one(text):
+    with pytest.raises(FilterError, match="write 2026-11-30"):
+        parse_when(text, NOW)
+
+
+def test_a_filter_admits_by_every_condition_and_nested_tags():
+    project = SearchFilter(tags=("#Project",))
+    assert project.admits(facet(tags=("project/alpha",))) and project.admits(facet(tags=("project",)))
+    assert not project.admits(facet(tags=("projects",))) and not project.admits(facet())
+    both = SearchFilter(tags=("a", "b"))
+    assert both.admits(facet(tags=("b", "a"))) and not both.admits(facet(tags=("a",)))
+    recent = SearchFilter(since=NOW.timestamp() - 86400, before=NOW.timestamp() + 1)
+    assert recent.admits(facet()) and not recent.admits(facet(when=OLD))
+    assert SearchFilter(path_glob="docs/*.md").admits(facet(path="docs/sub/x.md"))  # * crosses folders, as before
+    assert not SearchFilter(kind="pdf").admits(facet())
+    assert not SearchFilter() and SearchFilter(kind="pdf")
+
+
+def test_filter_values_are_checked_before_any_search():
+    with pytest.raises(FilterError, match="Unknown kind 'markdwn'"):
+        search_filter(FILE_KINDS, kind="markdwn")
+    with pytest.raises(FilterError, match="come before"):
+        search_filter(FILE_KINDS, since="2026-12-01", before="2026-11-01")
+    assert search_filter(FILE_KINDS, tags="roadmap, q3").tags == ("roadmap", "q3")
+    assert issubclass(FilterError, USER_ERRORS)
+
+
+def test_a_notes_tags_and_date_are_its_metadata():
+    note = "---\ntags: [Roadmap, q3]\ncreated: 2025-01-02\nupdated: 2026-11-20T10:00:00\n---\n# Plan\n\nThe #infra/db work.\n"
+    meta = load(note.encode(), "markdown").metadata
+    assert meta.tags == ("Roadmap", "q3", "infra/db")
+    assert meta.dated == dt.datetime(2026, 11, 20, 10).timestamp()  # the last change, not the creation
+    plain = load(b"# Log\n\nFixed the #bug in `#define`.\n\n```\n#not-a-tag\n```\n", "markdown").metadata
+    assert plain.tags == ("bug",) and plain.dated is None
+
+
+def vault(tree, notes: int = 60, tagged: int = 5):
+    """`notes` notes about quarterly reports; the `tagged` last ones, tagged finance, match the query
+    worst, so an unfiltered top 5 holds none of them."""
+    files = {}
+    for n in range(notes):
+        strong = n < notes - tagged
+        body = ("quarterly report " * 6 if strong else "the quarterly report, briefly. ") + f"note {n}\n"
+        front = "---\ntags: [finance]\nupdated: 2026-11-28\n---\n" if not strong else ""
+        files[f"notes/n{n:02}.md"] = front + f"# Note {n}\n\n{body}"
+    files["code/report.py"] = "def quarterly_report():\n    return 'quarterly report'\n"
+    root = tree(files)
+    for n in range(notes - tagged):
+        os.utime(root / f"notes/n{n:02}.md", (OLD, OLD))
+    return root
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "keyword", "vector"])
+def test_a_narrow_filter_still_fills_k(tree, make_kb, mode):
+    kb = make_kb(vault(tree))
+    kb.index()
+    assert not any(h.path >= "notes/n55" for h in kb.search("quarterly report", k=5, mode=mode).hits)
+    hits = kb.search("quarterly report", k=5, mode=mode, tags=["finance"]).hits
+    assert sorted(h.path for h in hits) == [f"notes/n{n}.md" for n in range(55, 60)]
+    assert [h.path for h in kb.search("quarterly report", k=5, mode=mode, since="2026-11-01").hits] != []
+    dated = {h.path for h in kb.search("quarterly report", k=10, mode=mode, before="2026-11-01").hits}
+    assert dated and not dated & {f"notes/n{n}.md" for n in range(55, 60)}  # their front matter date counts
+    assert {h.path for h in kb.search("quarterly report", k=5, mode=mode, kind="python").hits} == {"code/report.py"}
+
+
+def test_a_filter_nothing_matches_says_so(tree, make_kb):
+    kb = make_kb(vault(tree, notes=6, tagged=1))
+    kb.index()
+    result = kb.search("quarterly report", tags=["nonexistent"])
+    assert result.hits == [] and result.warnings == ["No indexed file matches the filters; nothing was searched."]
+
+
+def test_the_stores_own_indexes_filter_as_the_copies_do(tree, make_kb, stub_embedder):
+    """Without a current copy (another process writing), SQLite's FTS5 and sqlite-vec answer: the
+    same chunks, restricted the same way."""
+    kb = make_kb(vault(tree))
+    kb.index()
+    directory = kb.targets(None)[0]
+    store = kb.backend.open(kb.index_path(directory), name=directory.name)
+    copy = vector_cache.VectorCache(vector_cache.cache_path(kb.index_path(directory)))
+    allowed = np.array(sorted(c for c in store.chunk_ids_of([f.file_id for f in store.file_facets()
+                                                            if "finance" in f.tags])), dtype=np.int64)
+    query = stub_embedder.embed_query("quarterly report")
+    from_copy = copy.knn(query, 3, allowed)
+    from_store = store.knn(query, 3, allowed)
+    assert [i for i, _ in from_copy] == [i for i, _ in from_store] and len(from_copy) == 3
+    assert set(i for i, _ in from_copy) <= set(allowed.tolist())
+    keyword = store.keyword(["quarterly", "report"], 10, allowed)
+    assert len(keyword) == 5 and {i for i, _ in keyword} == set(allowed.tolist())
+    store.close()
+
+
+def test_a_shortlisted_filter_ranks_only_its_rows(monkeypatch, tmp_path):
+    """Past EXACT_SCAN_ROWS a filter's rows are shortlisted among themselves: k allowed chunks come
+    back even though the query's own nearest vector (chunk 2) is filtered out."""
+    rng = np.random.default_rng(3)
+    vectors = rng.normal(size=(3000, 32)).astype(np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    ids = np.arange(1, 3001, dtype=np.int64) << vector_cache.WINDOW_BITS
+    path = tmp_path / "v.cache"
+    vector_cache.build(path, "g", 32, len(ids), [(ids, vectors)])
+    monkeypatch.setattr(vector_cache, "EXACT_SCAN_ROWS", 100)
+    monkeypatch.setattr(vector_cache, "MIN_SHORTLIST", 50)
+    copy = vector_cache.VectorCache(path)
+    allowed = np.arange(1, 3001, 7, dtype=np.int64)  # 429 chunks, 2 not among them
+    found = [i for i, _ in copy.knn(vectors[1], 10, allowed)]
+    exact = [i for i, _ in vector_cache.exact_knn(copy.vectors_for, vectors[1], 10, allowed)]
+    assert len(found) == 10 and set(found) <= set(allowed.tolist())
+    assert len(set(found) & set(exact)) >= 7 and found[0] == exact[0]
+
+
+def test_filters_reach_the_tool_and_the_cli(tree, make_kb):
+    kb = make_kb(vault(tree))
+    kb.index()
+    found = run_tool("kb_search", kb, {"query": "quarterly report", "tags": ["finance"], "k": 5}, Permissions(kb.config))
+    assert len(found["hits"]) == 5 and all(h["path"] >= "notes/n55" for h in found["hits"])
+    with pytest.raises(TOOL_ERRORS, match="Cannot read 'someday' as a date"):
+        run_tool("kb_search", kb, {"query": "report", "since": "someday"}, Permissions(kb.config))
+    with pytest.raises(TOOL_ERRORS, match="tags must be a list"):
+        run_tool("kb_search", kb, {"query": "report", "tags": [1, 2]}, Permissions(kb.config))
+    out, err = (Console(file=io.StringIO(), width=200) for _ in range(2))
+    assert run_kb(["search", "quarterly", "report", "--tag", "finance", "--since", "30d", "--json"], lambda: kb, out, err) == 0
+    assert '"notes/n59.md"' in out.file.getvalue()
+    assert run_kb(["search", "report", "--before", "next week"], lambda: kb, out, err) == 1
+    assert "Cannot read 'next week' as a date" in err.file.getvalue()
+
+
+def test_an_index_from_before_tags_gets_them_on_its_next_run_without_re_embedding(tree, make_kb):
+    kb = make_kb(vault(tree, notes=8, tagged=2))
+    kb.index()
+    directory = kb.targets(None)[0]
+    store = kb.backend.open(kb.index_path(directory), name=directory.name)
+    store.conn.execute("ALTER TABLE files DROP COLUMN tags")
+    store.conn.execute("ALTER TABLE files DROP COLUMN dated")
+    store.set_meta(chunker=store.meta("chunker").replace("v9:", "v8:"))  # as the previous release left it
+    store.close()
+    kb.forget(kb.index_path(directory))
+    assert kb.search("quarterly report", tags=["finance"]).hits == []  # readable meanwhile, just untagged
+    [summary] = kb.index()
+    assert summary.chunks_embedded == 0
+    assert len(kb.search("quarterly report", tags=["finance"]).hits) == 2
