@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
@@ -31,6 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hermes_kb.agent.knowledgebase import keyword_cache, vector_cache  # noqa: E402
 from hermes_kb.agent.knowledgebase.chunker import Chunk  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
+from hermes_kb.agent.knowledgebase.filters import FileMetadata  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import load_dataset, percentile, workspace  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from hermes_kb.agent.knowledgebase.store import IndexStore  # noqa: E402
@@ -53,8 +55,10 @@ def real_chunks(home: Path) -> tuple[list[str], list[np.ndarray]]:
     return [r[1] for r in rows], [vectors[r[0]] for r in rows]
 
 
-def build(root: Path, size: int, texts: list[str], vectors: list[np.ndarray], rng) -> tuple[KnowledgeBase, np.ndarray, np.ndarray, dict]:
-    """Write `size` chunks straight through the store (the indexer would only re-embed them).
+def build(root: Path, size: int, texts: list[str], vectors: list[np.ndarray], rng,
+          metadata: Callable[[int], FileMetadata] = lambda file_no: FileMetadata()) -> tuple[KnowledgeBase, np.ndarray, np.ndarray, dict]:
+    """Write `size` chunks straight through the store (the indexer would only re-embed them), each
+    file with `metadata(file_no)`.
 
     Returns the knowledgebase, the exact matrix of every window vector with the row where each
     chunk's windows start, and the seconds each derived copy took to rebuild: from scratch, then
@@ -79,7 +83,8 @@ def build(root: Path, size: int, texts: list[str], vectors: list[np.ndarray], rn
             path = f"f{file_no:06}.txt"
             (root / path).write_text("synthetic")
             stat = (root / path).stat()
-            store.write_file(path, stat.st_size, stat.st_mtime_ns, f"h{file_no}", "text", chunks, block)
+            store.write_file(path, stat.st_size, stat.st_mtime_ns, f"h{file_no}", "text", chunks, block,
+                             metadata=metadata(file_no))
         store.tidy(bulk=True)
         rebuild: dict[str, list[float]] = {"vector": [], "keyword": []}
         for _ in ("from scratch", "one file changed"):

@@ -63,6 +63,19 @@ def _docx() -> bytes:
     return buffer.getvalue()
 
 
+def _odf(part: str, inner: str) -> bytes:
+    """A minimal OpenDocument file: content.xml is all its loaders read."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("content.xml", (
+            '<?xml version="1.0"?><office:document-content '
+            'xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+            'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0" '
+            'xmlns:table="urn:oasis:names:tc:opendocument:xmlns:table:1.0">'
+            f"<office:body><office:{part}>{inner}</office:{part}></office:body></office:document-content>"))
+    return buffer.getvalue()
+
+
 def _pdf() -> bytes:
     import pymupdf
 
@@ -85,6 +98,12 @@ def seeds() -> list[bytes]:
     out = [bytes([KINDS.index(kind)]) + body.encode("utf-8") for kind, body in text.items()]
     out.append(bytes([KINDS.index("text")]) + "\ufeffutf16 words\r\n".encode("utf-16-le"))
     out.append(bytes([KINDS.index("docx")]) + _docx())
+    out.append(bytes([KINDS.index("odt")]) + _odf("text", '<text:h text:outline-level="2">H</text:h>'
+                                                          '<text:p>a<text:s text:c="3"/>b<text:tab/></text:p>'))
+    out.append(bytes([KINDS.index("ods")]) + _odf("spreadsheet", '<table:table table:name="S"><table:table-row>'
+                                                                 '<table:table-cell table:number-columns-repeated="4">'
+                                                                 '<text:p>x</text:p></table:table-cell></table:table-row>'
+                                                                 '</table:table>'))
     try:
         out.append(bytes([KINDS.index("pdf")]) + _pdf())
     except Exception:  # pymupdf missing: the PDF loader is still fuzzed from the other seeds

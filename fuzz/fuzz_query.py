@@ -2,7 +2,8 @@
 
 Input layout: byte 0 picks the mode and k, byte 1 is flags (bit 0: undecodable bytes stay as
 lone surrogates, as a JSON `\\udcff` would arrive; bit 1: the text after the first tab is a
-path_glob; bit 2: a kind filter; bit 3: min_score 0), the rest is the query. Only the
+path_glob; bit 2: a kind filter; bit 3: min_score 0; bit 4: the text after a \\x1e is `since`;
+bit 5: the text after a \\x1d is `tags`, split at commas), the rest is the query. Only the
 service's USER_ERRORS may come out; a result never has more than k hits.
 """
 
@@ -58,12 +59,16 @@ def decode(data: bytes) -> dict:
     data = data + b"\x00" * max(0, 2 - len(data))
     head, flags, rest = data[0], data[1], data[2:]
     text = rest.decode("utf-8", "surrogateescape" if flags & 1 else "replace")
-    path_glob = None
+    path_glob, since, tags = None, None, ()
+    if flags & 32:
+        text, _, tags = text.partition("\x1d")
+    if flags & 16:
+        text, _, since = text.partition("\x1e")
     if flags & 2:
         text, _, path_glob = text.partition("\t")
     return {"query": text, "mode": MODES[head % 3], "k": 1 + (head // 3) % 12, "path_glob": path_glob,
             "kind": KINDS[(head >> 4) % len(KINDS)] if flags & 4 else None,
-            "min_score": 0.0 if flags & 8 else None}
+            "min_score": 0.0 if flags & 8 else None, "since": since, "tags": tags}
 
 
 def test_one_input(data: bytes) -> None:
@@ -82,7 +87,8 @@ def seeds() -> list[bytes]:
                "writer_lock", "word599 word1"]
     out = [bytes([mode, 0]) + q.encode("utf-8") for q in queries for mode in (0, 1, 2)]
     out += [bytes([0, 2]) + b"fox\tnotes/*.md", bytes([1, 2]) + b"store\t**/[a-", bytes([2, 6]) + b"x\t*",
-            bytes([0, 1]) + b"bad \xff\xfe", bytes([1, 8]) + b""]
+            bytes([0, 1]) + b"bad \xff\xfe", bytes([1, 8]) + b"", bytes([1, 16]) + b"fox\x1e7d",
+            bytes([0, 48]) + b"fox\x1dfinance,#a/b\x1e2026-13-01", bytes([2, 16]) + b"fox\x1e99999y"]
     return out
 
 

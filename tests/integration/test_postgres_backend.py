@@ -447,6 +447,7 @@ def test_filters_answer_as_on_sqlite_from_the_copies_and_from_the_server(tree, t
     """Tags and dates read from the same facets on both backends; with no copy current, the server's
     HNSW and term indexes are restricted to the filter's chunks inside the query."""
     from hermes_kb.agent.knowledgebase import pg_store
+    from hermes_kb.agent.knowledgebase.filters import SearchFilter
 
     from ..knowledgebase.test_filters import vault
 
@@ -463,7 +464,7 @@ def test_filters_answer_as_on_sqlite_from_the_copies_and_from_the_server(tree, t
     directory = on_postgres.config.directories[0]
     store = on_postgres.backend.open(on_postgres.index_path(directory), name=directory.name)
     try:
-        allowed = store.chunk_ids_of([f.file_id for f in store.file_facets() if "finance" in f.tags])
+        allowed = store.file_facets().admitted(SearchFilter(tags=("finance",)))
         query = StubEmbedder().embed_query("quarterly report")
         assert {i for i, _ in store.knn(query, 5, allowed)} == set(allowed.tolist())
         assert {i for i, _ in store.keyword(["quarterly", "report"], 5, allowed)} == set(allowed.tolist())

@@ -11,8 +11,7 @@ import pytest
 from rich.console import Console
 
 from hermes_kb.agent.knowledgebase import vector_cache
-from hermes_kb.agent.knowledgebase.filters import (FileFacet, FilterError, SearchFilter, parse_when,
-                                                   search_filter)
+from hermes_kb.agent.knowledgebase.filters import FileTable, FilterError, SearchFilter, pack_tags, parse_when, search_filter
 from hermes_kb.agent.knowledgebase.loaders import load
 from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS
@@ -24,8 +23,11 @@ NOW = dt.datetime(2026, 12, 3, 12, 0)
 OLD = dt.datetime(2024, 1, 15).timestamp()
 
 
-def facet(path="a.md", kind="markdown", tags=(), when=NOW.timestamp()):
-    return FileFacet(1, path, kind, tags, when)
+def admits(search_filter, path="a.md", kind="markdown", tags=(), when=NOW.timestamp()) -> bool:
+    table = FileTable([(1, path, kind, pack_tags(tags), when, 10, 12, 3)], lambda ids: {})
+    chunks = table.admitted(search_filter).tolist()
+    assert chunks in ([], [10, 11, 12])
+    return chunks == [10, 11, 12]
 
 
 @pytest.mark.parametrize("text, expected", [
@@ -50,15 +52,24 @@ def test_a_date_that_cannot_be_read_says_how_to_write_one(text):
 
 def test_a_filter_admits_by_every_condition_and_nested_tags():
     project = SearchFilter(tags=("#Project",))
-    assert project.admits(facet(tags=("project/alpha",))) and project.admits(facet(tags=("project",)))
-    assert not project.admits(facet(tags=("projects",))) and not project.admits(facet())
+    assert admits(project, tags=("Project/Alpha",)) and admits(project, tags=("project",))
+    assert not admits(project, tags=("projects",)) and not admits(project)
     both = SearchFilter(tags=("a", "b"))
-    assert both.admits(facet(tags=("b", "a"))) and not both.admits(facet(tags=("a",)))
+    assert admits(both, tags=("b", "a")) and not admits(both, tags=("a",))
     recent = SearchFilter(since=NOW.timestamp() - 86400, before=NOW.timestamp() + 1)
-    assert recent.admits(facet()) and not recent.admits(facet(when=OLD))
-    assert SearchFilter(path_glob="docs/*.md").admits(facet(path="docs/sub/x.md"))  # * crosses folders, as before
-    assert not SearchFilter(kind="pdf").admits(facet())
+    assert admits(recent) and not admits(recent, when=OLD)
+    assert admits(SearchFilter(path_glob="docs/*.md"), path="docs/sub/x.md")  # * crosses folders, as before
+    assert not admits(SearchFilter(path_glob="docs/*.md"), path="Docs/x.md")
+    assert not admits(SearchFilter(kind="pdf"))
     assert not SearchFilter() and SearchFilter(kind="pdf")
+
+
+def test_chunk_ids_come_from_ranges_and_from_files_whose_ids_are_scattered():
+    rows = [(1, "a.md", "markdown", "x", 0.0, 5, 7, 3), (2, "b.md", "markdown", "x", 0.0, 1, 9, 2),
+            (3, "c.md", "markdown", "", 0.0, 20, 20, 1)]
+    table = FileTable(rows, lambda ids: {2: np.array([1, 9])} if ids == [2] else {})
+    assert table.admitted(SearchFilter(tags=("x",))).tolist() == [1, 5, 6, 7, 9]
+    assert table.admitted(SearchFilter(path_glob="c.*")).tolist() == [20]
 
 
 def test_filter_values_are_checked_before_any_search():
@@ -77,6 +88,8 @@ def test_a_notes_tags_and_date_are_its_metadata():
     assert meta.dated == dt.datetime(2026, 11, 20, 10).timestamp()  # the last change, not the creation
     plain = load(b"# Log\n\nFixed the #bug in `#define`.\n\n```\n#not-a-tag\n```\n", "markdown").metadata
     assert plain.tags == ("bug",) and plain.dated is None
+    odd = load(b'---\ndate: 0001-01-01\nupdated: someday\ntags: ["two\\nlines", 7]\n---\nbody\n', "markdown").metadata
+    assert odd.dated is None and odd.tags == ("two lines", "7")  # no date the clock cannot place; tags one line
 
 
 def vault(tree, notes: int = 60, tagged: int = 5):
@@ -123,8 +136,7 @@ def test_the_stores_own_indexes_filter_as_the_copies_do(tree, make_kb, stub_embe
     directory = kb.targets(None)[0]
     store = kb.backend.open(kb.index_path(directory), name=directory.name)
     copy = vector_cache.VectorCache(vector_cache.cache_path(kb.index_path(directory)))
-    allowed = np.array(sorted(c for c in store.chunk_ids_of([f.file_id for f in store.file_facets()
-                                                            if "finance" in f.tags])), dtype=np.int64)
+    allowed = store.file_facets().admitted(SearchFilter(tags=("finance",)))
     query = stub_embedder.embed_query("quarterly report")
     from_copy = copy.knn(query, 3, allowed)
     from_store = store.knn(query, 3, allowed)

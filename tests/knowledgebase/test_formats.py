@@ -290,3 +290,109 @@ def test_front_matter_aliases_cannot_expand():
         f"{chr(98 + n)}: &{chr(98 + n)} [*{chr(97 + n)}, *{chr(97 + n)}, *{chr(97 + n)}, *{chr(97 + n)}, *{chr(97 + n)}]\n"
         for n in range(12)) + "tags: *m\ndate: *m\n---\nbody\n"
     assert load(laughs.encode(), "markdown").text == laughs  # refused whole: left as text, in bounded time
+
+
+def odt_bytes(tmp_path) -> bytes:
+    """An OpenDocument text written by odfpy: headings, a list, a table, runs of spaces."""
+    from odf.opendocument import OpenDocumentText
+    from odf.table import Table, TableCell, TableRow
+    from odf.text import H, List, ListItem, P, S
+
+    document = OpenDocumentText()
+    document.text.addElement(H(outlinelevel=1, text="Field guide"))
+    intro = P(text="Herons wade")
+    intro.addElement(S(c=3))
+    intro.addText("in shallow water.")
+    document.text.addElement(intro)
+    document.text.addElement(H(outlinelevel=2, text="Kit"))
+    kit = List()
+    for item in ("binoculars", "waders"):
+        entry = ListItem()
+        entry.addElement(P(text=item))
+        kit.addElement(entry)
+    document.text.addElement(kit)
+    table = Table()
+    for cells in (("bird", "season"), ("heron", "spring")):
+        row = TableRow()
+        for value in cells:
+            cell = TableCell()
+            cell.addElement(P(text=value))
+            row.addElement(cell)
+        table.addElement(row)
+    document.text.addElement(table)
+    document.save(str(tmp_path / "guide.odt"))
+    return (tmp_path / "guide.odt").read_bytes()
+
+
+def ods_bytes(tmp_path) -> bytes:
+    """An OpenDocument spreadsheet written by odfpy: two sheets, one with a cell repeated to the edge."""
+    from odf.opendocument import OpenDocumentSpreadsheet
+    from odf.table import Table, TableCell, TableRow
+    from odf.text import P
+
+    book = OpenDocumentSpreadsheet()
+    for name, rows in (("Stock", [("item", "count"), ("bolts", "40"), ("nuts", "12")]), ("Prices", [("item", "eur"), ("bolts", "0.1")])):
+        sheet = Table(name=name)
+        for cells in rows:
+            row = TableRow()
+            for value in cells:
+                cell = TableCell(valuetype="string")
+                cell.addElement(P(text=value))
+                row.addElement(cell)
+            row.addElement(TableCell(numbercolumnsrepeated=16_000))  # empty cells to the sheet's edge
+            sheet.addElement(row)
+        book.spreadsheet.addElement(sheet)
+    book.save(str(tmp_path / "stock.ods"))
+    return (tmp_path / "stock.ods").read_bytes()
+
+
+def test_opendocument_text_and_sheets_read_as_docx_and_xlsx_do(tree, make_kb, tmp_path):
+    text = load(odt_bytes(tmp_path), "odt").text
+    assert text.startswith("# Field guide\n") and "Herons wade   in shallow water." in text
+    assert "## Kit" in text and "- binoculars" in text and "| heron | spring |" in text
+    kb = make_kb(tree({"guide.odt": odt_bytes(tmp_path), "stock.ods": ods_bytes(tmp_path)}))
+    [summary] = kb.index()
+    assert summary.skipped == []
+    hit = search(kb, "waders")[0]
+    assert (hit.path, hit.heading) == ("guide.odt", "Field guide > Kit")
+    hit = search(kb, "bolts eur")[0]
+    assert (hit.path, hit.part) == ("stock.ods", "sheet 2") and hit.heading.startswith("Sheet Prices (columns: item | eur)")
+    assert len(search(kb, "nuts")[0].text) < 200  # the 16,000 empty cells are not text
+
+
+@pytest.mark.parametrize("content", [
+    b'<?xml version="1.0"?><!DOCTYPE x [<!ENTITY a "aaaaaaaaaa"><!ENTITY b "&a;&a;&a;&a;&a;&a;">]><x>&b;</x>',
+    b"<not xml",
+    b'<?xml version="1.0"?><office:document-content xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0"/>',
+    b'<?xml version="1.0"?><office:document-content xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '
+    b'xmlns:text="urn:oasis:names:tc:opendocument:xmlns:text:1.0"><office:body><office:text>'
+    + b"<text:section>" * 5000 + b"</text:section>" * 5000 + b"</office:text></office:body></office:document-content>",
+])
+@pytest.mark.parametrize("kind", ["odt", "ods"])
+def test_hostile_opendocument_files_are_one_skip_reason(kind, content, tmp_path):
+    import zipfile
+
+    path = tmp_path / f"x.{kind}"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("content.xml", content)
+    for data in (path.read_bytes(), b"PK\x03\x04 not really a zip"):
+        try:
+            LOADERS[kind](data, kind)
+        except LoadError as exc:
+            assert str(exc) and "\n" not in str(exc)
+
+
+def test_a_long_code_cell_is_cut_at_its_functions_under_the_cells_heading():
+    functions = "\n\n".join(
+        f"def step_{name}(rows):\n    \"\"\"Stage {name} of the pipeline.\"\"\"\n" + "".join(
+            f"    rows = [r for r in rows if r.get('{name}_{i}') is not None]  # filter {i}\n" for i in range(25))
+        + "    return rows" for name in ("load", "clean", "score", "report"))
+    notebook = new_notebook(metadata={"language_info": {"name": "python"}})
+    notebook.cells = [new_markdown_cell("# Pipeline\n\nThe stages, in order."), new_code_cell(functions),
+                      new_code_cell("step_load([])")]
+    chunks = chunk_document(load(nbformat.writes(notebook).encode(), "notebook"), "nb.ipynb", CHUNKING)
+    headed = {c.heading for c in chunks}
+    assert {"Pipeline > def: step_score", "Pipeline > def: step_report"} <= headed
+    scored = [c for c in chunks if "def step_score" in c.text]
+    assert len(scored) == 1 and "def step_report" not in scored[0].text and scored[0].page == 2  # cell 2
+    assert any(c.text.strip() == "```python\nstep_load([])\n```" for c in chunks)  # a short cell stays whole

@@ -304,7 +304,46 @@ def _merge_small(segments: list[_Segment], splitter: _Splitter, limit: int, size
 
 
 # Markdown text; a notebook's cells, an mbox's messages, slides, sheets and chapters are its parts
-MARKDOWN_KINDS = ("markdown", "notebook", "mbox", "pptx", "xlsx", "epub")
+MARKDOWN_KINDS = ("markdown", "notebook", "mbox", "pptx", "xlsx", "ods", "epub")
+
+
+_CELL_FENCE = re.compile(r"```([\w+#.-]+)\n")
+_NOTEBOOK_LANGUAGES = {"c++": "cpp", "c#": "csharp", "node": "javascript", "bash": "shell", "sh": "shell"}
+
+
+def _notebook_code_units(text: str, segments: list[_Segment], protected: list[tuple[int, int]], size: int,
+                         file_name: str) -> tuple[list[_Segment], list[tuple[int, int]]]:
+    """A notebook's code cells longer than a chunk, cut at their syntax units as a source file of the
+    cell's language is (each piece headed by the cell's section, then the unit: `Setup > def: load`);
+    a cell that fits stays one fenced block. Returns the segments and the fences still kept whole."""
+    counter = _Splitter(text, [])
+    kept, cuts = [], []
+    for start, end in protected:
+        opening = _CELL_FENCE.match(text, start)
+        closing = text.rfind("\n```", start, end)
+        language = opening and _NOTEBOOK_LANGUAGES.get(opening.group(1).lower(), opening.group(1).lower())
+        layout = None
+        if opening and closing > opening.end() and language in KIND_GRAMMARS and counter.tokens(start, end) > size:
+            body = opening.end()
+            layout = code_segments(text[body:closing + 1], language, file_name,
+                                   lambda a, b, body=body: counter.tokens(body + a, body + b), size)
+        if layout is None:
+            kept.append((start, end))
+        else:
+            cuts.append((body, [(body + u.start, body + u.end, u.heading) for u in layout.segments]))
+    if not cuts:
+        return segments, protected
+    out = []
+    for segment in segments:
+        position = segment.start
+        for body, units in cuts:
+            if not segment.start <= body < segment.end:
+                continue
+            out.append(_Segment(position, units[0][0], segment.heading))
+            out += [_Segment(a, b, " > ".join(filter(None, (segment.heading, *path)))) for a, b, path in units]
+            position = units[-1][1]
+        out.append(_Segment(position, segment.end, segment.heading))
+    return [segment for segment in out if segment.end > segment.start], kept
 
 
 def _cut_at_parts(segments: list[_Segment], part_starts: tuple[int, ...]) -> list[_Segment]:
@@ -393,6 +432,8 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
         segments = _outlined_segments(document)
     elif document.kind in MARKDOWN_KINDS:
         segments, protected = _markdown_segments(text)
+        if document.kind == "notebook":
+            segments, protected = _notebook_code_units(text, segments, protected, size, file_name)
         base = _Splitter(text, protected)
         segments = _merge_small(_cut_at_parts(segments, document.page_starts), base, max(8, size // 4), size,
                                 frozenset(document.page_starts))

@@ -431,6 +431,139 @@ def _epub(data: bytes, kind: str) -> Document:
     return _parts(chapters, "epub")
 
 
+# --- OpenDocument (LibreOffice) text and spreadsheets: the standard library's XML --------------------
+# odfpy, the one library for these, builds its own DOM of the whole file and would be a new dependency
+# for two walks over content.xml, whose few elements the OpenDocument standard fixes.
+
+_ODF = {"office": "urn:oasis:names:tc:opendocument:xmlns:office:1.0",
+        "text": "urn:oasis:names:tc:opendocument:xmlns:text:1.0",
+        "table": "urn:oasis:names:tc:opendocument:xmlns:table:1.0"}
+MAX_REPEATED_CELLS = 50  # a cell "repeated" 16,384 times (to the sheet's edge) is written once per this many
+
+
+def _odf(prefix: str, name: str) -> str:
+    return f"{{{_ODF[prefix]}}}{name}"
+
+
+def _odf_body(data: bytes, what: str, part: str):
+    """The office:body's `part` element (office:text, office:spreadsheet) of an OpenDocument file."""
+    import zipfile
+    from xml.etree import ElementTree
+
+    check_archive(data)
+    try:
+        with zipfile.ZipFile(io.BytesIO(data)) as archive:
+            content = archive.read("content.xml")
+        if b"<!DOCTYPE" in content[:4096] or b"<!ENTITY" in content:
+            raise LoadError(f"{what} declares XML entities, which OpenDocument never does; not read")
+        body = ElementTree.fromstring(content).find(f"{_odf('office', 'body')}/{_odf('office', part)}")
+    except LoadError:
+        raise
+    except (KeyError, zipfile.BadZipFile, ElementTree.ParseError, ValueError, OSError) as exc:
+        raise LoadError(f"unreadable {what} ({exc})") from None
+    if body is None:
+        raise LoadError(f"unreadable {what} (no office:{part} in content.xml)")
+    return body
+
+
+def _odf_text(element) -> str:
+    """A paragraph's text: its spans and links, and ODF's elements for runs of spaces, tabs and line breaks."""
+    parts = [element.text or ""]
+    for child in element:
+        if child.tag == _odf("text", "s"):
+            count = child.get(_odf("text", "c"), "1")
+            parts.append(" " * min(int(count) if count.isdigit() else 1, 100))
+        elif child.tag == _odf("text", "tab"):
+            parts.append("\t")
+        elif child.tag == _odf("text", "line-break"):
+            parts.append("\n")
+        else:
+            parts.append(_odf_text(child))
+        parts.append(child.tail or "")
+    return "".join(parts)
+
+
+def _odf_cell(cell) -> str:
+    return _cell("\n".join(_odf_text(p) for p in cell.iter(_odf("text", "p"))))
+
+
+def _odf_row(row) -> list[str]:
+    cells = []
+    for cell in row:
+        if cell.tag not in (_odf("table", "table-cell"), _odf("table", "covered-table-cell")):
+            continue
+        repeated = cell.get(_odf("table", "number-columns-repeated"), "1")
+        text = _odf_cell(cell)
+        cells += [text] * (min(int(repeated), MAX_REPEATED_CELLS) if repeated.isdigit() and text else 1)
+    while cells and not cells[-1].strip():
+        cells.pop()
+    return cells
+
+
+def _odf_blocks(element, lines: list[str]) -> None:
+    """An ODT body as Markdown lines: headings at their outline level, list items, tables as rows."""
+    for child in element:
+        if child.tag == _odf("text", "h"):
+            level = child.get(_odf("text", "outline-level"), "1")
+            title = " ".join(_odf_text(child).split())
+            if title:
+                lines += ["", "#" * min(int(level) if level.isdigit() else 1, 6) + " " + title, ""]
+        elif child.tag == _odf("text", "p"):
+            lines.append(_odf_text(child))
+        elif child.tag == _odf("text", "list-item"):
+            before = len(lines)
+            _odf_blocks(child, lines)
+            if len(lines) > before:
+                lines[before] = "- " + lines[before]
+        elif child.tag == _odf("table", "table"):
+            lines += ["", *("| " + " | ".join(cells) + " |" for cells in map(_odf_row, child.iter(_odf("table", "table-row")))
+                            if cells), ""]
+        elif child.tag not in (_odf("text", "tracked-changes"), _odf("text", "sequence-decls")):
+            _odf_blocks(child, lines)  # sections, lists, frames: their paragraphs
+
+
+def _walked(walk: Callable[[], Document], what: str) -> Document:
+    try:
+        return walk()
+    except RecursionError:  # elements nested thousands deep: no real document
+        raise LoadError(f"unreadable {what} (nested too deeply)") from None
+
+
+def _odt(data: bytes, kind: str) -> Document:
+    body = _odf_body(data, "OpenDocument text", "text")
+
+    def walk() -> Document:
+        lines: list[str] = []
+        _odf_blocks(body, lines)
+        return Document(re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).strip() + "\n", "markdown")  # as DOCX
+    return _walked(walk, "OpenDocument text")
+
+
+def _ods(data: bytes, kind: str) -> Document:
+    """One part per sheet, as an Excel workbook reads."""
+    body = _odf_body(data, "OpenDocument spreadsheet", "spreadsheet")
+
+    def walk() -> Document:
+        sheets, rows_left = [], MAX_TABLE_ROWS
+        for table in body.iter(_odf("table", "table")):
+            lines, header = [], None
+            for cells in map(_odf_row, table.iter(_odf("table", "table-row"))):
+                if not any(cell.strip() for cell in cells):
+                    continue
+                if rows_left == 0:
+                    lines.append(f"(rows after {MAX_TABLE_ROWS:,} are not indexed)")
+                    break
+                line = "| " + " | ".join(cells) + " |"
+                header = header or line
+                lines.append(line)
+                rows_left -= 1
+            if header is not None:
+                name = table.get(_odf("table", "name"), "")
+                sheets.append(f"# Sheet {name} (columns: {header.strip('| ')})\n\n" + "\n".join(lines) + "\n")
+        return _parts(sheets, kind)
+    return _walked(walk, "OpenDocument spreadsheet")
+
+
 # --- org-mode and LaTeX ----------------------------------------------------------------------------
 
 _ORG_HEADING = re.compile(r"^(\*+)\s+(.*)$")
@@ -466,5 +599,5 @@ def _line_mapped(convert: Callable[[str], str]) -> Callable[[bytes, str], Docume
 EXTRA_LOADERS: dict[str, Callable[[bytes, str], Document]] = {
     "markdown": _markdown, "notebook": _notebook, "email": _email, "mbox": _mbox, "csv": _table, "tsv": _table,
     "org": _line_mapped(_org_line), "latex": _line_mapped(_latex_line),
-    "pptx": _pptx, "xlsx": _xlsx, "epub": _epub,
+    "pptx": _pptx, "xlsx": _xlsx, "epub": _epub, "odt": _odt, "ods": _ods,
 }

@@ -29,7 +29,8 @@ class LoadError(Exception):
 
 # Formats whose parts a person finds by number: a chunk stays inside one part and is cited by it
 # (`page 3`, `cell 4`, `message 12`), since lines of converted text mean nothing in the file.
-PART_UNITS = {"pdf": "page", "notebook": "cell", "mbox": "message", "pptx": "slide", "xlsx": "sheet", "epub": "chapter"}
+PART_UNITS = {"pdf": "page", "notebook": "cell", "mbox": "message", "pptx": "slide", "xlsx": "sheet", "ods": "sheet",
+              "epub": "chapter"}
 
 
 def part_label(kind: str, number: int) -> str:

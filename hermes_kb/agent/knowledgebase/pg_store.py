@@ -41,7 +41,7 @@ import numpy as np
 from . import analysis, keyword_cache, vector_cache
 from .chunker import Chunk
 from .embeddings import ModelIdentity
-from .filters import FileFacet, FileMetadata, pack_tags, unpack_tags
+from .filters import FileMetadata, FileTable, pack_tags
 from .store import CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRefused, FileRow, IndexBusy, StoreCommon, StoreError
 
 SCHEMA_PATTERN = r"kb_[a-z0-9_]{1,40}_[0-9a-f]{10}"  # what schema_name makes, nothing else: never `public`
@@ -357,15 +357,18 @@ class PgIndexStore(StoreCommon):
     def touch_file(self, file_id: int, size: int, mtime_ns: int) -> None:
         self.conn.execute(f"UPDATE {self._t('files')} SET size = %s, mtime_ns = %s WHERE id = %s", (size, mtime_ns, file_id))
 
-    def file_facets(self) -> list[FileFacet]:
-        rows = self.conn.execute(f"SELECT id, path, kind, tags, COALESCE(dated, mtime_ns / 1e9) FROM {self._t('files')} "
-                                 f"WHERE chunk_count > 0").fetchall()
-        return [FileFacet(file_id, path, kind, unpack_tags(tags), float(when)) for file_id, path, kind, tags, when in rows]
+    def file_facets(self) -> FileTable:
+        rows = self.conn.execute(f"SELECT f.id, f.path, f.kind, f.tags, COALESCE(f.dated, f.mtime_ns / 1e9), MIN(c.id), "
+                                 f"MAX(c.id), COUNT(*) FROM {self._t('files')} f JOIN {self._t('chunks')} c "
+                                 f"ON c.file_id = f.id GROUP BY f.id").fetchall()
+        return FileTable(rows, self.chunk_ids_of, self.generation())
 
-    def chunk_ids_of(self, file_ids: Sequence[int]) -> np.ndarray:
-        rows = self.conn.execute(f"SELECT id FROM {self._t('chunks')} WHERE file_id = ANY(%s) ORDER BY id",
-                                 (list(file_ids),)).fetchall()
-        return np.array([row[0] for row in rows], dtype=np.int64)
+    def chunk_ids_of(self, file_ids: Sequence[int]) -> dict[int, np.ndarray]:
+        found: dict[int, list[int]] = {}
+        for chunk_id, file_id in self.conn.execute(f"SELECT id, file_id FROM {self._t('chunks')} WHERE file_id = ANY(%s)",
+                                                   (list(file_ids),)).fetchall():
+            found.setdefault(file_id, []).append(chunk_id)
+        return {file_id: np.array(sorted(ids), dtype=np.int64) for file_id, ids in found.items()}
 
     def _delete_chunks_of(self, file_ids: Sequence[int]) -> None:
         if not file_ids:

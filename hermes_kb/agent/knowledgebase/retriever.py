@@ -19,7 +19,7 @@ import numpy as np
 
 from . import analysis, snippets
 from .chunker import estimate_tokens
-from .filters import SearchFilter
+from .filters import FileTable, SearchFilter
 from .keyword_cache import KeywordCache, idf
 from .loaders import part_label
 from .snippets import Snippet
@@ -60,6 +60,7 @@ class SearchSource:
     vector_refusal: str | None = None
     vectors: VectorCache | None = None  # the store's vectors, memory-mapped, when the copy is current
     keywords: KeywordCache | None = None  # its terms' posting lists, likewise
+    files: Callable[[], FileTable] | None = None  # its files' facets, kept across searches while current
 
     @functools.cached_property
     def code_share(self) -> float:
@@ -81,8 +82,7 @@ class SearchSource:
 
     def allowed(self, search_filter: SearchFilter) -> np.ndarray:
         """The ids of the chunks a filter lets this search answer from, ascending."""
-        files = [facet.file_id for facet in self.store.file_facets() if search_filter.admits(facet)]
-        return self.store.chunk_ids_of(files) if files else np.empty(0, dtype=np.int64)
+        return (self.files() if self.files else self.store.file_facets()).admitted(search_filter)
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from . import embeddings, keyword_cache, readable, vector_cache
 from .backends import backend_for
 from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, resolve_path, unique_name
 from .embeddings import EmbeddingError
-from .filters import FilterError, SearchFilter, search_filter
+from .filters import FileTable, FilterError, SearchFilter, search_filter
 from .indexer import (
     IndexSummary,
     ModelMismatchError,
@@ -120,6 +120,7 @@ class KnowledgeBase:
         self._embedder_lock = threading.Lock()
         self._copies: dict[tuple[str, Path], VectorCache | KeywordCache] = {}  # open memory maps, reused while current
         self._readers: dict[tuple[Path, int], tuple[tuple[int, int], IndexStore]] = {}
+        self._file_tables: dict[Path, FileTable] = {}  # filters.FileTable of each index searched with a filter
 
     # --- helpers --------------------------------------------------------------------------
     def query_coverage(self, query: str) -> float:
@@ -413,8 +414,15 @@ class KnowledgeBase:
         if self.backend.shared:
             self._catch_up_keywords(path, store)
         stack.enter_context(store.snapshot())
-        return SearchSource(target.name, str(target.path), store, refusal,
-                            self._copy("vector_cache", path, store), self._copy("keyword_cache", path, store))
+        return SearchSource(target.name, str(target.path), store, refusal, self._copy("vector_cache", path, store),
+                            self._copy("keyword_cache", path, store), lambda: self._file_table(path, store))
+
+    def _file_table(self, index_path: Path, store: IndexStore) -> FileTable:
+        """The index's files as filters judge them, read again only when the index changed."""
+        table = self._file_tables.get(index_path)
+        if table is None or table.generation != store.generation():
+            table = self._file_tables[index_path] = store.file_facets()
+        return table
 
     def _keywords_with_delta(self, index_path: Path, store: IndexStore, generation: str) -> KeywordCache | KeywordDelta | None:
         """This machine's keyword copy of a shared index, current or with the chunks written since it."""

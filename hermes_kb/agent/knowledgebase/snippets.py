@@ -19,7 +19,7 @@ import regex
 
 from . import analysis
 
-PROSE_KINDS = frozenset({"markdown", "text", "rst", "html", "pdf", "docx", "email", "mbox", "org", "latex",
+PROSE_KINDS = frozenset({"markdown", "text", "rst", "html", "pdf", "docx", "odt", "email", "mbox", "org", "latex",
                          "pptx", "epub"})
 PROSE_CHARS = 300
 LINES = 6

@@ -25,7 +25,7 @@ import numpy as np
 from . import analysis, keyword_cache, vector_cache
 from .chunker import Chunk
 from .embeddings import ModelIdentity
-from .filters import FileFacet, FileMetadata, pack_tags, unpack_tags
+from .filters import FileMetadata, FileTable, pack_tags
 
 log = logging.getLogger(__name__)
 
@@ -451,16 +451,19 @@ class IndexStore(StoreCommon):
     def touch_file(self, file_id: int, size: int, mtime_ns: int) -> None:
         self.conn.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE id = ?", (size, mtime_ns, file_id))
 
-    def file_facets(self) -> list[FileFacet]:
-        """Every file that has chunks, as search filters judge it."""
-        rows = self.conn.execute("SELECT id, path, kind, tags, COALESCE(dated, mtime_ns / 1e9) FROM files WHERE chunk_count > 0")
-        return [FileFacet(file_id, path, kind, unpack_tags(tags), when) for file_id, path, kind, tags, when in rows]
+    def file_facets(self) -> FileTable:
+        """Every file that has chunks, as search filters judge it (filters.FileTable)."""
+        rows = self.conn.execute("SELECT f.id, f.path, f.kind, f.tags, COALESCE(f.dated, f.mtime_ns / 1e9), MIN(c.id), "
+                                 "MAX(c.id), COUNT(*) FROM files f JOIN chunks c ON c.file_id = f.id GROUP BY f.id").fetchall()
+        return FileTable(rows, self.chunk_ids_of, self.generation())
 
-    def chunk_ids_of(self, file_ids: Sequence[int]) -> np.ndarray:
-        """The chunk ids of these files, ascending (a filtered search's allowed set)."""
-        rows = self.conn.execute("SELECT id FROM chunks WHERE file_id IN (SELECT value FROM json_each(?)) ORDER BY id",
-                                 (json.dumps(list(file_ids)),))
-        return np.fromiter((row[0] for row in rows), dtype=np.int64)
+    def chunk_ids_of(self, file_ids: Sequence[int]) -> dict[int, np.ndarray]:
+        """Each of these files' chunk ids."""
+        found: dict[int, list[int]] = {}
+        for chunk_id, file_id in self.conn.execute("SELECT c.id, c.file_id FROM json_each(?) AS j JOIN chunks c "
+                                                   "ON c.file_id = j.value", (json.dumps(list(file_ids)),)):
+            found.setdefault(file_id, []).append(chunk_id)
+        return {file_id: np.array(sorted(ids), dtype=np.int64) for file_id, ids in found.items()}
 
     def _delete_chunks_of(self, file_ids: Sequence[int]) -> None:
         if not file_ids:

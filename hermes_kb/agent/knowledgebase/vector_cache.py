@@ -84,7 +84,7 @@ def exact_knn(vectors_for: Callable[[Sequence[int]], dict[int, np.ndarray]], que
     return best
 
 
-def _spans(begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
+def spans(begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
     """Every position in [begins[i], ends[i]) for each i, concatenated."""
     lengths = ends - begins
     if not lengths.sum():
@@ -294,7 +294,7 @@ class VectorCache:
         """Row positions of these chunks' window vectors, ascending."""
         begins = np.searchsorted(self.sorted_ids, chunk_ids << WINDOW_BITS)
         ends = np.searchsorted(self.sorted_ids, (chunk_ids + 1) << WINDOW_BITS)
-        return np.sort(self.sorted_rows[_spans(begins, ends)])
+        return np.sort(self.sorted_rows[spans(begins, ends)])
 
     def _shortlist(self, query: np.ndarray, size: int, among: np.ndarray | None = None) -> np.ndarray:
         """Row positions of the `size` codes nearest the query's (ties cut by position), in row order;
@@ -348,7 +348,7 @@ class VectorCache:
             return {}
         begins = np.searchsorted(self.sorted_ids, wanted << WINDOW_BITS)
         ends = np.searchsorted(self.sorted_ids, (wanted + 1) << WINDOW_BITS)
-        positions = _spans(begins, ends)
+        positions = spans(begins, ends)
         return group_by_chunk(self.sorted_ids[positions], self._float_rows(self.sorted_rows[positions]))
 
     def _float_rows(self, rows: np.ndarray) -> np.ndarray:
