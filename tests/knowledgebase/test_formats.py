@@ -358,6 +358,10 @@ def test_opendocument_text_and_sheets_read_as_docx_and_xlsx_do(tree, make_kb, tm
     hit = search(kb, "bolts eur")[0]
     assert (hit.path, hit.part) == ("stock.ods", "sheet 2") and hit.heading.startswith("Sheet Prices (columns: item | eur)")
     assert len(search(kb, "nuts")[0].text) < 200  # the 16,000 empty cells are not text
+    hit = search(kb, "waders")[0]
+    window = run_tool("kb_read", kb, {"path": f"{hit.directory}/{hit.path}", "start_line": hit.start_line,
+                                      "max_lines": hit.end_line - hit.start_line + 1}, Permissions(kb.config))
+    assert "waders" in window["text"] and "<text:" not in window["text"]  # the text, as it was cited
 
 
 @pytest.mark.parametrize("content", [

@@ -448,6 +448,7 @@ def _odf(prefix: str, name: str) -> str:
 def _odf_body(data: bytes, what: str, part: str):
     """The office:body's `part` element (office:text, office:spreadsheet) of an OpenDocument file."""
     import zipfile
+    import zlib
     from xml.etree import ElementTree
 
     check_archive(data)
@@ -459,7 +460,8 @@ def _odf_body(data: bytes, what: str, part: str):
         body = ElementTree.fromstring(content).find(f"{_odf('office', 'body')}/{_odf('office', part)}")
     except LoadError:
         raise
-    except (KeyError, zipfile.BadZipFile, ElementTree.ParseError, ValueError, OSError) as exc:
+    except (KeyError, zipfile.BadZipFile, ElementTree.ParseError, ValueError, OSError, EOFError, zlib.error,
+            NotImplementedError, RuntimeError) as exc:  # RuntimeError: an encrypted entry
         raise LoadError(f"unreadable {what} ({exc})") from None
     if body is None:
         raise LoadError(f"unreadable {what} (no office:{part} in content.xml)")
