@@ -25,7 +25,7 @@ import csv
 import io
 import json
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the email package loads with the first message: ~20 ms every command would pay
@@ -380,27 +380,35 @@ def _pptx(data: bytes, kind: str) -> Document:
     return _parts(slides, "pptx")
 
 
+def _sheet_sections(sheets: Iterable[tuple[str, Iterable[list[str]]]]) -> list[str]:
+    """(name, rows of cell texts) of each sheet as a section headed by its first row, empty rows left
+    out, at most MAX_TABLE_ROWS rows in all (said in the text)."""
+    sections, rows_left = [], MAX_TABLE_ROWS
+    for name, rows in sheets:
+        lines, header = [], None
+        for cells in rows:
+            if not any(cells):
+                continue
+            if rows_left == 0:
+                lines.append(f"(rows after {MAX_TABLE_ROWS:,} are not indexed)")
+                break
+            line = "| " + " | ".join(cells) + " |"
+            header = header or line
+            lines.append(line)
+            rows_left -= 1
+        if header is not None:
+            sections.append(f"# Sheet {name} (columns: {header.strip('| ')})\n\n" + "\n".join(lines) + "\n")
+    return sections
+
+
 def _xlsx(data: bytes, kind: str) -> Document:
     openpyxl = _library("openpyxl", "Excel")
     check_archive(data)
     try:
         book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
-        sheets, rows_left = [], MAX_TABLE_ROWS
-        for sheet in book.worksheets:
-            lines, header = [], None
-            for row in sheet.iter_rows(values_only=True):
-                cells = ["" if value is None else str(value) for value in row]
-                if not any(cell.strip() for cell in cells):
-                    continue
-                if rows_left == 0:
-                    lines.append(f"(rows after {MAX_TABLE_ROWS:,} are not indexed)")
-                    break
-                line = "| " + " | ".join(_cell(cell) for cell in cells) + " |"
-                header = header or line
-                lines.append(line)
-                rows_left -= 1
-            if header is not None:
-                sheets.append(f"# Sheet {sheet.title} (columns: {header.strip('| ')})\n\n" + "\n".join(lines) + "\n")
+        sheets = _sheet_sections((sheet.title, ([_cell("" if value is None else str(value)) for value in row]
+                                                for row in sheet.iter_rows(values_only=True)))
+                                 for sheet in book.worksheets)
         book.close()
     except LoadError:
         raise
@@ -546,23 +554,9 @@ def _ods(data: bytes, kind: str) -> Document:
     body = _odf_body(data, "OpenDocument spreadsheet", "spreadsheet")
 
     def walk() -> Document:
-        sheets, rows_left = [], MAX_TABLE_ROWS
-        for table in body.iter(_odf("table", "table")):
-            lines, header = [], None
-            for cells in map(_odf_row, table.iter(_odf("table", "table-row"))):
-                if not any(cell.strip() for cell in cells):
-                    continue
-                if rows_left == 0:
-                    lines.append(f"(rows after {MAX_TABLE_ROWS:,} are not indexed)")
-                    break
-                line = "| " + " | ".join(cells) + " |"
-                header = header or line
-                lines.append(line)
-                rows_left -= 1
-            if header is not None:
-                name = table.get(_odf("table", "name"), "")
-                sheets.append(f"# Sheet {name} (columns: {header.strip('| ')})\n\n" + "\n".join(lines) + "\n")
-        return _parts(sheets, kind)
+        return _parts(_sheet_sections((table.get(_odf("table", "name"), ""),
+                                       map(_odf_row, table.iter(_odf("table", "table-row"))))
+                                      for table in body.iter(_odf("table", "table"))), kind)
     return _walked(walk, "OpenDocument spreadsheet")
 
 
