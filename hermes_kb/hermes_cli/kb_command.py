@@ -262,8 +262,8 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     if rows:
         out.print(f"store: {safe(rows[0]['driver'])}")
     for row in rows:
-        if row.get("files_with_errors"):
-            count = row["files_with_errors"]
+        count = row.get("files_with_errors", 0) - row.get("waiting_for_ocr", 0)  # those are said below
+        if count > 0:
             out.print(f"note: {count} file{'s' if count > 1 else ''} of {safe(row['name'])} could not be indexed "
                       f"(binary or unreadable); `hermes kb index {safe(row['name'])} --full` lists "
                       f"{'them' if count > 1 else 'it'}.")
@@ -273,6 +273,8 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
             out.print(f"[yellow]warning:[/] {safe(row['problem'])}")
         if row.get("vector_search", "ok") != "ok":
             out.print(f"[yellow]warning:[/] {safe(row['vector_search'])}")
+        if row.get("ocr"):
+            out.print(f"[yellow]note:[/] {safe(row['ocr'])}")
         if row.get("indexing"):
             continue  # the caches are rebuilt when the run under way ends: nothing for the user to run
         if row.get("vector_search", "ok") == "ok" and row.get("vector_cache") == "stale" and row.get("vectors"):

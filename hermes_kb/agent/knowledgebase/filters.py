@@ -36,6 +36,15 @@ class FileMetadata:
     """What a loader learned about a file beyond its text (a note's front matter and #tags)."""
     tags: tuple[str, ...] = ()
     dated: float | None = None  # epoch seconds of its front matter date; None: its mtime stands
+    recognised: tuple[int, ...] = ()  # the parts (PDF pages, 1-based) whose text OCR made; (1,) an image
+
+
+def pack_parts(parts: tuple[int, ...]) -> str:
+    return ",".join(map(str, parts))
+
+
+def unpack_parts(packed: str | None) -> frozenset[int]:
+    return frozenset(int(part) for part in packed.split(",") if part.isdigit()) if packed else frozenset()
 
 
 def normal_tag(tag: str) -> str:

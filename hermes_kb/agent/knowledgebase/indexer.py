@@ -30,7 +30,9 @@ from .chunker import chunk_document, chunker_signature
 from .config import DirectoryConfig, KnowledgebaseConfig
 from .embeddings import Embedder, ModelIdentity
 from .file_access import read_inside
+from . import ocr as ocr_engine
 from .loaders import LoadError, load
+from .ocr import Ocr
 from .secret_scan import redact
 from .scanner import ScannedFile, scan
 from .store import FileRefused, FileRow, IndexStore, StoreError, index_files
@@ -41,6 +43,7 @@ EMBED_BATCH_CHUNKS = 64  # chunks per embedding pass and vector write; also wind
 KEYWORD_AHEAD_CHUNKS = 20_000  # chunks written ahead of their vectors (their texts wait in memory: ~30 MB)
 REPORTED_SKIPS = "reported_skips"  # meta key: skips already told to the user, not repeated while they stay the same
 CODE_SAMPLE = 400  # chunks read after a run that changed something, for the index's share of code (fusion)
+OCR_LAST = frozenset({"image"})
 SECRETS_VERSION = 1  # part of the chunking signature: a change re-chunks every file (vectors are reused)
 
 
@@ -117,8 +120,9 @@ class _Run:
     """State of one sync; kept out of module globals so runs never share anything."""
 
     def __init__(self, directory: DirectoryConfig, config: KnowledgebaseConfig, store: IndexStore,
-                 embedder_factory: Callable[[], Embedder], progress: Progress, full: bool, only: set[str] | None):
-        self.directory, self.config, self.store = directory, config, store
+                 embedder_factory: Callable[[], Embedder], progress: Progress, full: bool, only: set[str] | None,
+                 ocr: Ocr | None = None):
+        self.directory, self.config, self.store, self.ocr = directory, config, store, ocr
         self.embedder_factory, self.progress, self.full, self.only = embedder_factory, progress, full, only
         self.embedder: Embedder | None = None
         self.summary = IndexSummary(directory.name, str(directory.path))
@@ -141,6 +145,10 @@ class _Run:
                                        f"indexed file to {self.config.embedding.base_url}.")
                 self.store.pin_model(self.embedder.identity)
         return self.embedder
+
+    def _ocr_now(self, row: FileRow) -> bool:
+        """A file left to wait for OCR, now that OCR is there: read again, whatever its stat."""
+        return self.ocr is not None and (row.error or "").startswith(ocr_engine.MISSING)
 
     def embed_waiting(self) -> None:
         """Vectors for the chunks written without them, a batch at a time (progress moves, a crash
@@ -169,13 +177,13 @@ class _Run:
             self.progress.advance(files=1, chunked_bytes=file.size)
             return
         digest = content_hash(data)
-        if row is not None and row.content_hash == digest and not rechunk:
+        if row is not None and row.content_hash == digest and not rechunk and not self._ocr_now(row):
             self.store.touch_file(row.id, file.size, file.mtime_ns)
             self.summary.unchanged += 1
             self.progress.advance(files=1, chunked_bytes=file.size)
             return
         try:
-            document = load(data, file.kind)
+            document = load(data, file.kind, self.ocr)
             if not self.rules.allows_secrets(file.rel_path):
                 redacted = redact(document.text)
                 if redacted.found:
@@ -243,10 +251,12 @@ class _Run:
         for file in scanned.files:
             row = existing.get(file.rel_path)
             if row is not None and not rechunk and row.size == file.size and row.mtime_ns == file.mtime_ns \
-                    and file.rel_path not in unfinished:
+                    and file.rel_path not in unfinished and not self._ocr_now(row):
                 self.summary.unchanged += 1  # a file skipped when it changed is not reported again
             else:
                 todo.append((file, row))
+        # Pictures last: OCR takes seconds a page, and every text file is keyword-searchable before.
+        todo.sort(key=lambda item: item[0].kind in OCR_LAST)
         if todo and self.store.meta("root") != str(root):
             # Written first: a folder indexed by path is found by searches (and status) from its first
             # written file on, not only once the run has finished embedding.
@@ -322,8 +332,8 @@ def _batches(items: list, windows_per_batch: int) -> list[list]:
 
 def index_directory(directory: DirectoryConfig, config: KnowledgebaseConfig, store: IndexStore,
                     embedder_factory: Callable[[], Embedder], progress: Progress | None = None,
-                    full: bool = False, only: set[str] | None = None) -> IndexSummary:
+                    full: bool = False, only: set[str] | None = None, ocr: Ocr | None = None) -> IndexSummary:
     """Sync one directory into its open store (only the files in `only`, relative paths, when given:
     a search refreshing its stale hits must not index a hundred unrelated new files); the caller
     holds the writer lock."""
-    return _Run(directory, config, store, embedder_factory, progress or NullProgress(), full, only).run()
+    return _Run(directory, config, store, embedder_factory, progress or NullProgress(), full, only, ocr).run()

@@ -18,6 +18,7 @@ from html.parser import HTMLParser
 from io import BytesIO
 from typing import Callable
 
+from . import ocr as ocr_engine
 from .filters import FileMetadata
 
 log = logging.getLogger(__name__)
@@ -416,12 +417,13 @@ ROW_SLACK = 2.0  # points by which the middles of a table row's cells may differ
 MIN_TABLE_ROWS = 2  # side-by-side lines read as table rows only when a block has this many rows of them
 
 
-def _page_blocks(page) -> list[_Block]:
-    """The page's text blocks in pymupdf's reading order (the order get_text() gives), images left out."""
+def _page_blocks(page, textpage=None) -> list[_Block]:
+    """The page's text blocks in pymupdf's reading order (the order get_text() gives), images left out;
+    from `textpage` (what OCR recognised) when given."""
     import pymupdf
 
     blocks = []  # text clipped to the page (as get_text's default); images and ligature glyphs not kept
-    for block in page.get_text("dict", flags=pymupdf.TEXT_MEDIABOX_CLIP)["blocks"]:
+    for block in page.get_text("dict", flags=pymupdf.TEXT_MEDIABOX_CLIP, textpage=textpage)["blocks"]:
         if block.get("type") != 0:
             continue
         lines = _block_rows(block["lines"])
@@ -455,15 +457,41 @@ def _block_rows(lines: list[dict]) -> tuple[str, ...]:
                  for row in rows)
 
 
-def _read_pages(pdf) -> list[_Page]:
-    pages, chars = [], 0
-    for page in pdf:
+def _recognised_blocks(page, ocr) -> list[_Block] | None:
+    """The page's text as OCR reads it, from the cache when this page was seen before; None when its
+    pictures are too large to decode."""
+    if ocr_engine.oversized_image(page):
+        return None
+    key = ocr.key(page)
+    kept = ocr.recall(key)
+    if kept is None:
+        kept = [[b.top, b.bottom, list(b.lines)] for b in _page_blocks(page, ocr.textpage(page))]
+        ocr.remember(key, kept)
+    return [_Block(top, bottom, tuple(lines)) for top, bottom, lines in kept]
+
+
+def _needs_ocr(page, blocks: list[_Block]) -> bool:
+    """A page with (almost) no text layer but a picture: a scan, a photo of a page."""
+    return sum(len(line) for block in blocks for line in block.lines) < ocr_engine.MIN_TEXT_CHARS and bool(page.get_images())
+
+
+def _read_pages(pdf, ocr=None) -> tuple[list[_Page], list[int], int]:
+    """(the pages, the 1-based numbers of those OCR read, how many still need OCR)."""
+    pages, chars, recognised, waiting = [], 0, [], 0
+    for number, page in enumerate(pdf, 1):
         blocks = _page_blocks(page)
+        if _needs_ocr(page, blocks):
+            read = _recognised_blocks(page, ocr) if ocr is not None else None
+            if read is None:
+                waiting += 1
+            else:
+                blocks = read
+                recognised.append(number)
         chars += sum(len(line) + 1 for block in blocks for line in block.lines)
         if chars > MAX_PDF_TEXT_CHARS:
             raise LoadError(f"its text runs past {MAX_PDF_TEXT_CHARS} characters, the limit for one PDF")
         pages.append(_Page(page.rect.height, blocks))
-    return pages
+    return pages, recognised, waiting
 
 
 def _running_key(line: str, edge: str, top: float) -> tuple[str, str, int] | None:
@@ -630,7 +658,8 @@ def _outline_headings(entries: list[_OutlineEntry], placed: dict[int, list[_Plac
     return tuple(sorted(headings, key=lambda heading: heading[0]))
 
 
-def _pdf(data: bytes, kind: str) -> Document:
+def _pdf(data: bytes, kind: str, ocr=None) -> Document:
+    """Each page's text layer; pages that are pictures of text read by OCR when `ocr` is given."""
     import pymupdf  # heavy; only PDF users pay for it
 
     try:
@@ -638,7 +667,7 @@ def _pdf(data: bytes, kind: str) -> Document:
             if pdf.needs_pass:
                 raise LoadError("encrypted PDF")
             check_pdf_streams(pdf)
-            pages = _read_pages(pdf)
+            pages, recognised, waiting = _read_pages(pdf, ocr)
             outline = _outline(pdf, pages)
     except LoadError:
         raise
@@ -646,8 +675,36 @@ def _pdf(data: bytes, kind: str) -> Document:
         raise LoadError(f"unreadable PDF ({exc})") from None
     text, starts, placed = _assemble(pages, _running_lines(pages), {entry.page for entry in outline})
     if not text.strip():
-        raise LoadError("PDF has no extractable text (scanned images?)")
-    return Document(text, "pdf", starts, _outline_headings(outline, placed, starts))
+        if waiting:
+            raise LoadError(ocr_engine.missing_sentence(f"{waiting} scanned page{'s' * (waiting > 1)}"))
+        raise LoadError("PDF has no extractable text")
+    return Document(text, "pdf", starts, _outline_headings(outline, placed, starts),
+                    metadata=FileMetadata(recognised=tuple(recognised)))
+
+
+def _image(data: bytes, kind: str, ocr=None) -> Document:
+    """A picture's text as OCR reads it (a GIF's or TIFF's first frame), cited by its lines."""
+    import pymupdf
+
+    if ocr is None:
+        raise LoadError(ocr_engine.missing_sentence("an image"))
+    try:
+        with pymupdf.open(stream=data) as picture:
+            if picture.page_count < 1:
+                raise LoadError("unreadable image (no picture in it)")
+            page = picture[0]
+            too_large = ocr_engine.oversized_image(page)
+            if too_large:
+                raise LoadError(f"not read: {too_large}")
+            blocks = _recognised_blocks(page, ocr) or []
+    except LoadError:
+        raise
+    except Exception as exc:
+        raise LoadError(f"unreadable image ({exc})") from None
+    text = "\n\n".join("\n".join(block.lines) for block in blocks).strip()
+    if not text:
+        raise LoadError("no text found in the image")
+    return Document(text + "\n", "text", metadata=FileMetadata(recognised=(1,)))
 
 
 # A zip archive may expand a thousandfold; parsing its XML costs several times more again. Checked
@@ -694,8 +751,9 @@ def _docx(data: bytes, kind: str) -> Document:
 LOADERS: dict[str, Callable[[bytes, str], Document]] = {
     "markdown": _plain, "text": _plain, "rst": _plain, "python": _plain,
     "javascript": _plain, "typescript": _plain, "yaml": _plain, "toml": _plain,
-    "json": _plain, "html": _html, "pdf": _pdf, "docx": _docx,
+    "json": _plain, "html": _html, "pdf": _pdf, "docx": _docx, "image": _image,
 }
+OCR_KINDS = frozenset({"pdf", "image"})  # their loaders take the OCR engine
 
 
 def is_plain_text(kind: str) -> bool:
@@ -720,15 +778,17 @@ def storable(document: Document) -> Document:
                    headings=tuple((offset, _clean(title)) for offset, title in document.headings))
 
 
-def load(data: bytes, kind: str) -> Document:
-    """The file's text, or LoadError with the reason, whatever the bytes.
+def load(data: bytes, kind: str, ocr=None) -> Document:
+    """The file's text, or LoadError with the reason, whatever the bytes; `ocr` (ocr.Ocr) reads the
+    pictures of text in PDFs and image files.
 
     A parser's own bug on a strange file (python-docx, pymupdf, html.parser) becomes that file's
     skip reason rather than the end of the run. fuzz/fuzz_loaders.py calls LOADERS directly, past
     this net, so such bugs still surface there and get a precise fix.
     """
     try:
-        return storable(LOADERS.get(kind, _plain)(data, kind))
+        loader = LOADERS.get(kind, _plain)
+        return storable(loader(data, kind, ocr) if kind in OCR_KINDS else loader(data, kind))
     except LoadError:
         raise
     except Exception as exc:

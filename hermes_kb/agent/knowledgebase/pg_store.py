@@ -41,7 +41,7 @@ import numpy as np
 from . import analysis, keyword_cache, vector_cache
 from .chunker import Chunk
 from .embeddings import ModelIdentity
-from .filters import FileMetadata, FileTable, pack_tags
+from .filters import FileMetadata, FileTable, pack_parts, pack_tags
 from .store import CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRefused, FileRow, IndexBusy, StoreCommon, StoreError
 
 SCHEMA_PATTERN = r"kb_[a-z0-9_]{1,40}_[0-9a-f]{10}"  # what schema_name makes, nothing else: never `public`
@@ -61,7 +61,8 @@ CREATE TABLE IF NOT EXISTS {s}.meta(key TEXT PRIMARY KEY, value TEXT);
 CREATE TABLE IF NOT EXISTS {s}.files(
     id BIGSERIAL PRIMARY KEY, path TEXT NOT NULL UNIQUE, size BIGINT NOT NULL, mtime_ns BIGINT NOT NULL,
     content_hash TEXT NOT NULL, kind TEXT NOT NULL, chunk_count INTEGER NOT NULL DEFAULT 0,
-    indexed_at DOUBLE PRECISION NOT NULL, error TEXT, tags TEXT NOT NULL DEFAULT '', dated DOUBLE PRECISION);
+    indexed_at DOUBLE PRECISION NOT NULL, error TEXT, tags TEXT NOT NULL DEFAULT '', dated DOUBLE PRECISION,
+    recognised TEXT NOT NULL DEFAULT '');
 CREATE TABLE IF NOT EXISTS {s}.chunks(
     id BIGSERIAL PRIMARY KEY, file_id BIGINT NOT NULL REFERENCES {s}.files(id) ON DELETE CASCADE,
     ord INTEGER NOT NULL, text TEXT NOT NULL, start_char INTEGER NOT NULL, end_char INTEGER NOT NULL,
@@ -85,6 +86,7 @@ CREATE INDEX IF NOT EXISTS chunk_terms_hashes ON {s}.chunk_terms USING gin(hashe
 _FACETS = """
 ALTER TABLE {s}.files ADD COLUMN IF NOT EXISTS tags TEXT NOT NULL DEFAULT '';
 ALTER TABLE {s}.files ADD COLUMN IF NOT EXISTS dated DOUBLE PRECISION;
+ALTER TABLE {s}.files ADD COLUMN IF NOT EXISTS recognised TEXT NOT NULL DEFAULT '';
 """
 
 
@@ -245,7 +247,7 @@ class PgIndexStore(StoreCommon):
     def _add_facet_columns(self) -> None:
         """An older schema's files get tags and dates (filled as the next run re-reads each file)."""
         present = self.conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s "
-                                    "AND table_name = 'files' AND column_name = 'tags'", (self.schema,)).fetchone()
+                                    "AND table_name = 'files' AND column_name = 'recognised'", (self.schema,)).fetchone()
         if present is None:
             with self.transaction():
                 self.conn.execute(_FACETS.format(s=f'"{self.schema}"'))
@@ -397,16 +399,18 @@ class PgIndexStore(StoreCommon):
         with self.transaction():
             generation = self._bump_generation()
             row = self.conn.execute(f"SELECT id FROM {self._t('files')} WHERE path = %s", (path,)).fetchone()
-            values = (size, mtime_ns, content_hash, kind, len(chunks), time.time(), error, pack_tags(metadata.tags), metadata.dated)
+            values = (size, mtime_ns, content_hash, kind, len(chunks), time.time(), error, pack_tags(metadata.tags),
+                      metadata.dated, pack_parts(metadata.recognised))
             if row:
                 self._delete_chunks_of([row[0]])
                 self.conn.execute(f"UPDATE {self._t('files')} SET size=%s, mtime_ns=%s, content_hash=%s, kind=%s, "
-                                  f"chunk_count=%s, indexed_at=%s, error=%s, tags=%s, dated=%s WHERE id=%s", (*values, row[0]))
+                                  f"chunk_count=%s, indexed_at=%s, error=%s, tags=%s, dated=%s, recognised=%s WHERE id=%s",
+                                  (*values, row[0]))
                 file_id = row[0]
             else:
                 file_id = self.conn.execute(
                     f"INSERT INTO {self._t('files')}(path, size, mtime_ns, content_hash, kind, chunk_count, indexed_at, error, "
-                    f"tags, dated) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id", (path, *values)).fetchone()[0]
+                    f"tags, dated, recognised) VALUES (%s,%s,%s,%s,%s,%s,%s,%s,%s,%s,%s) RETURNING id", (path, *values)).fetchone()[0]
             # Ids first, then COPY: one round trip per table instead of three statements per chunk.
             ids = [r[0] for r in self.conn.execute(
                 "SELECT nextval(pg_get_serial_sequence(%s, 'id')) FROM generate_series(1, %s)",

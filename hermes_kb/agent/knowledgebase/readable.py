@@ -35,9 +35,10 @@ class Window:
 
 
 def read_window(root: Path, rel_path: str, rules: IgnoreRules, size_cap: Callable[[str], int],
-                start_line: int, max_lines: int) -> Window | None:
+                start_line: int, max_lines: int, ocr=None) -> Window | None:
     """Lines start_line.. of root/rel_path; None when the index would not include the file.
-    `size_cap(kind)` is the largest file of that kind the index reads."""
+    `size_cap(kind)` is the largest file of that kind the index reads; `ocr` (ocr.Ocr) reads pictures,
+    from its cache when the index run recognised them."""
     if rules.excluded(rel_path):
         return None
     try:
@@ -55,7 +56,7 @@ def read_window(root: Path, rel_path: str, rules: IgnoreRules, size_cap: Callabl
                 return Window(real_rel, end_line, total, text)
             try:  # a converted format (PDF, DOCX, HTML): its text, not its bytes, from the same descriptor
                 data = read_fd(fd, max_file_bytes)
-                document = load(data, kind)
+                document = load(data, kind, ocr)
             except (AccessError, LoadError) as exc:
                 raise NotReadable(str(exc)) from None
     except AccessError:

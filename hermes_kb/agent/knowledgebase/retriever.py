@@ -486,7 +486,7 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
                 heading=row.heading, text=row.text, score=round(score, 4),
                 vector_score=None if candidate.cosine is None else round(candidate.cosine, 4),
                 keyword_score=None if candidate.bm25 is None else round(candidate.bm25, 4),
-                found_by=candidate.found_by, chunk_id=candidate.chunk_id, content_hash=row.content_hash,
+                found_by=candidate.found_by + ["ocr"] * row.recognised, chunk_id=candidate.chunk_id, content_hash=row.content_hash,
                 stale=freshness == "stale", query_words=shown_terms,
             ))
         if len(kept) >= options.k or (window and window[-1][0] < options.min_score):

@@ -69,11 +69,14 @@ KINDS = {
     ".html": "html", ".htm": "html",
     ".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx", ".xlsm": "xlsx", ".epub": "epub",
     ".odt": "odt", ".ods": "ods",
+    # Pictures, read by OCR (ocr.py): screenshots, photos of whiteboards, scanned letters.
+    ".png": "image", ".jpg": "image", ".jpeg": "image", ".webp": "image", ".tif": "image", ".tiff": "image",
+    ".bmp": "image", ".gif": "image",
 }
 # Formats whose files are large as a rule (a scanned manual, a slide deck, a year of mail) and whose
 # loaders bound their own memory (PDF stream caps, zip directory checks, capped notebook outputs):
 # they get max_document_bytes, everything else max_file_bytes.
-DOCUMENT_KINDS = frozenset({"pdf", "docx", "odt", "pptx", "xlsx", "ods", "epub", "mbox", "notebook"})
+DOCUMENT_KINDS = frozenset({"pdf", "docx", "odt", "pptx", "xlsx", "ods", "epub", "mbox", "notebook", "image"})
 
 
 def size_cap(kind: str, max_file_bytes: int, max_document_bytes: int) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from . import embeddings, keyword_cache, readable, vector_cache
+from . import ocr as ocr_engine
 from .backends import backend_for
 from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, resolve_path, unique_name
 from .embeddings import EmbeddingError
@@ -313,7 +314,11 @@ class KnowledgeBase:
             with self.backend.writer_lock(path, directory.name, wait=wait, on_wait=lambda: reporter.note(
                     f"Waiting for another process indexing {directory.name}...")):
                 with self.backend.open(path, name=directory.name) as store:
-                    return index_directory(directory, self.config, store, self.embedder, reporter, full, only)
+                    return index_directory(directory, self.config, store, self.embedder, reporter, full, only, self._ocr())
+
+    def _ocr(self) -> ocr_engine.Ocr | None:
+        """OCR as this machine can do it, recognised pages kept under HERMES_HOME."""
+        return ocr_engine.engine(self.hermes_home / "knowledgebase" / "ocr-cache")
 
     def search(self, query: str, k: int = 10, directory: str | None = None, mode: str = "hybrid",
                path_glob: str | None = None, kind: str | None = None, max_tokens: int | None = None,
@@ -515,7 +520,8 @@ class KnowledgeBase:
                 continue
             try:
                 rules = IgnoreRules(where.path, *self.config.ignore_args(where))
-                window = readable.read_window(where.path, rel, rules, self.config.size_cap, start_line, max_lines)
+                window = readable.read_window(where.path, rel, rules, self.config.size_cap, start_line, max_lines,
+                                              self._ocr())
             except readable.NotReadable as exc:
                 raise KnowledgebaseError(f"Cannot read {path}: {exc}.") from None
             if window is not None:
@@ -635,6 +641,11 @@ class KnowledgeBase:
             if row["keyword_cache"] == "stale" and keyword_cache.over_limit(store):
                 row["keyword_cache"] = "off"
             row["size_bytes"] = store.size_bytes()
+            waiting = sum(1 for f in known.values() if (f.error or "").startswith(ocr_engine.MISSING))
+            if waiting:
+                row["waiting_for_ocr"] = waiting
+                row["ocr"] = (f"{waiting} file{'s' * (waiting > 1)} of {directory.name} (scans, pictures) wait for OCR: "
+                              f"{ocr_engine.HOW_TO_ENABLE}, then `hermes kb index {directory.name}`.")
         updated = float(meta.get("updated_at", 0) or 0)
         row["last_indexed"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(updated)) if updated else None
         row["changed_on_disk"] = self._changed_on_disk(directory, known, path)

@@ -25,7 +25,7 @@ import numpy as np
 from . import analysis, keyword_cache, vector_cache
 from .chunker import Chunk
 from .embeddings import ModelIdentity
-from .filters import FileMetadata, FileTable, pack_tags
+from .filters import FileMetadata, FileTable, pack_parts, pack_tags, unpack_parts
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +37,8 @@ WINDOW_BITS = vector_cache.WINDOW_BITS
 WINDOW_SLOTS = 1 << WINDOW_BITS
 VECTOR_IDS = f"chunk<<{WINDOW_BITS}|window"  # recorded in meta: how chunk_vec rowids name a chunk's windows
 DF_SAMPLE_WINDOWS, DF_SAMPLE_ROWS = 4, 1000  # where document frequencies are estimated
+# Columns of `files` added since schema 2, each given to an older index when it is opened.
+FACET_COLUMNS = (("tags", "TEXT NOT NULL DEFAULT ''"), ("dated", "REAL"), ("recognised", "TEXT NOT NULL DEFAULT ''"))
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT);
@@ -51,7 +53,8 @@ CREATE TABLE IF NOT EXISTS files(
     indexed_at REAL NOT NULL,
     error TEXT,
     tags TEXT NOT NULL DEFAULT '',  -- filters.pack_tags: a note's tags, one per line
-    dated REAL  -- a note's front matter date (epoch seconds); NULL: its mtime stands
+    dated REAL,  -- a note's front matter date (epoch seconds); NULL: its mtime stands
+    recognised TEXT NOT NULL DEFAULT ''  -- filters.pack_parts: the pages whose text OCR read
 );
 CREATE TABLE IF NOT EXISTS chunks(
     id INTEGER PRIMARY KEY,
@@ -194,10 +197,16 @@ class ChunkRow:
     content_hash: str
     file_size: int
     file_mtime_ns: int
+    file_recognised: str  # filters.pack_parts of the pages OCR read
+
+    @property
+    def recognised(self) -> bool:
+        """Whether OCR made this chunk's text (it may carry recognition errors)."""
+        return self.kind == "image" or (self.page is not None and self.page in unpack_parts(self.file_recognised))
 
 
 CHUNK_COLUMNS = ("c.id, f.path, f.kind, c.ord, c.text, c.start_line, c.end_line, c.page, c.heading, c.content_hash, "
-                 "f.size, f.mtime_ns")
+                 "f.size, f.mtime_ns, f.recognised")
 
 
 def fts_query(words: Sequence[str], languages: Sequence[str] = (analysis.ENGLISH,)) -> str | None:
@@ -346,10 +355,11 @@ class IndexStore(StoreCommon):
         """Files of an index written before tags and dates were kept get the columns (empty until the
         next run re-reads them: chunker.CHUNKER_VERSION 9 re-chunks every file, re-embedding nothing)."""
         columns = {row[1] for row in self.conn.execute("PRAGMA table_info(files)")}
-        if "tags" not in columns:
+        added = [(name, kind) for name, kind in FACET_COLUMNS if name not in columns]
+        if added:
             with self.transaction():
-                self.conn.execute("ALTER TABLE files ADD COLUMN tags TEXT NOT NULL DEFAULT ''")
-                self.conn.execute("ALTER TABLE files ADD COLUMN dated REAL")
+                for name, kind in added:
+                    self.conn.execute(f"ALTER TABLE files ADD COLUMN {name} {kind}")
 
     def reanalyse(self) -> int:
         """Every chunk's keyword terms made again from its stored text with this analyzer (an index
@@ -485,16 +495,17 @@ class IndexStore(StoreCommon):
         with self.transaction():
             generation = self._bump_generation()
             row = self.conn.execute("SELECT id FROM files WHERE path = ?", (path,)).fetchone()
-            values = (size, mtime_ns, content_hash, kind, len(chunks), time.time(), error, pack_tags(metadata.tags), metadata.dated)
+            values = (size, mtime_ns, content_hash, kind, len(chunks), time.time(), error, pack_tags(metadata.tags),
+                      metadata.dated, pack_parts(metadata.recognised))
             if row:
                 self._delete_chunks_of([row[0]])
                 self.conn.execute("UPDATE files SET size=?, mtime_ns=?, content_hash=?, kind=?, chunk_count=?, indexed_at=?, "
-                                  "error=?, tags=?, dated=? WHERE id=?", (*values, row[0]))
+                                  "error=?, tags=?, dated=?, recognised=? WHERE id=?", (*values, row[0]))
                 file_id = row[0]
             else:
                 file_id = self.conn.execute(
-                    "INSERT INTO files(path, size, mtime_ns, content_hash, kind, chunk_count, indexed_at, error, tags, dated) "
-                    "VALUES (?,?,?,?,?,?,?,?,?,?)", (path, *values)).lastrowid
+                    "INSERT INTO files(path, size, mtime_ns, content_hash, kind, chunk_count, indexed_at, error, tags, dated, "
+                    "recognised) VALUES (?,?,?,?,?,?,?,?,?,?,?)", (path, *values)).lastrowid
             ids: list[int] = []
             used: set[str] = set()
             for ord_, chunk in enumerate(chunks):

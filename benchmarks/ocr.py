@@ -1,0 +1,153 @@
+"""OCR on real printed pages: the character error rate against the pages' own text layers, pages/s
+and peak RSS, at 150 and 300 dpi; then a search check and the cache's effect on a `--full` run.
+
+Pages are the text-rich pages of the PDFs under /usr/share/doc (Debian's own manuals), rendered to
+pictures at each dpi and read back by the engine the index uses (ocr.py: pymupdf's Tesseract). The
+search check builds two folders, the PDFs as they are and the same PDFs made of page pictures
+(300 dpi scans), indexes both with the default model, and asks each a phrase from 40 chunks of the
+text-layer index: a question it answers (the page in the top 5) should still be answered from scans.
+
+    python benchmarks/ocr.py --pages 8
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import pymupdf  # noqa: E402
+
+from hermes_kb.agent.knowledgebase import ocr  # noqa: E402
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
+from hermes_kb.agent.knowledgebase.store import IndexStore  # noqa: E402
+from benchmarks._report import peak_rss_mb, report  # noqa: E402
+
+PDFS = sorted(glob.glob("/usr/share/doc/*/*.pdf") + glob.glob("/usr/share/doc/*/*/*.pdf"))
+MIN_PAGE_CHARS = 800
+
+
+def edit_distance(a: str, b: str) -> int:
+    """Levenshtein distance, a row at a time in numpy (insertions are a running minimum along the
+    row): a benchmark-only helper, not worth a dependency."""
+    if not a or not b:
+        return len(a) or len(b)
+    codes_b = np.frombuffer(b.encode("utf-32-le"), dtype=np.uint32)
+    index = np.arange(len(b) + 1)
+    row = index.copy()
+    for n, char in enumerate(a, 1):
+        substitute = row[:-1] + (codes_b != ord(char))
+        best = np.minimum(np.r_[n, np.minimum(row[1:] + 1, substitute)], n + index)
+        row = np.minimum.accumulate(best - index) + index
+    return int(row[-1])
+
+
+def normal(text: str) -> str:
+    return " ".join(text.split())
+
+
+def pages(per_pdf: int) -> list[tuple[str, int]]:
+    chosen = []
+    for path in PDFS:
+        with pymupdf.open(path) as pdf:
+            rich = [n for n, page in enumerate(pdf) if len(page.get_text()) >= MIN_PAGE_CHARS]
+        chosen += [(path, n) for n in rich[:per_pdf]]
+    return chosen
+
+
+def recognise(engine: ocr.Ocr, picture: bytes) -> str:
+    with pymupdf.open(stream=picture) as image:
+        page = image[0]
+        return page.get_text(textpage=engine.textpage(page))
+
+
+def scan_of(path: str, dpi: int) -> bytes:
+    """The PDF as a scanner would return it: each page a picture, no text layer."""
+    scan = pymupdf.open()
+    with pymupdf.open(path) as pdf:
+        for page in pdf:
+            copy = scan.new_page(width=page.rect.width, height=page.rect.height)
+            copy.insert_image(copy.rect, stream=page.get_pixmap(dpi=dpi, colorspace="gray").tobytes("png"))
+    return scan.tobytes(deflate=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pages", type=int, default=8, help="text-rich pages per PDF")
+    parser.add_argument("--questions", type=int, default=40)
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    engine = ocr.engine(None)
+    if engine is None or not PDFS:
+        sys.exit("needs Tesseract's trained data (pip install '.[ocr]') and PDFs under /usr/share/doc")
+    sample = pages(args.pages)
+    rows = []
+    for dpi in (150, 300):
+        errors, seconds = [], 0.0
+        for path, number in sample:
+            with pymupdf.open(path) as pdf:
+                truth = normal(pdf[number].get_text())
+                picture = pdf[number].get_pixmap(dpi=dpi).tobytes("png")
+            started = time.perf_counter()
+            read = normal(recognise(engine, picture))
+            seconds += time.perf_counter() - started
+            errors.append(edit_distance(truth, read) / len(truth))
+        rows.append([f"{dpi} dpi", len(sample), f"{100 * statistics.mean(errors):.2f}%",
+                     f"{100 * statistics.median(errors):.2f}%", f"{100 * max(errors):.2f}%",
+                     f"{len(sample) / seconds:.2f}", f"{peak_rss_mb():.0f} MB"])
+    report(f"OCR of printed pages ({len(PDFS)} PDFs under /usr/share/doc, language {engine.language}, "
+           f"data {engine.tessdata})", ["rendered at", "pages", "CER mean", "CER median", "CER worst", "pages/s",
+                                        "peak RSS (process)"], rows, write=not args.no_write)
+    with tempfile.TemporaryDirectory() as scratch:
+        root = Path(scratch)
+        (root / "text").mkdir()
+        (root / "scans").mkdir()
+        for path in PDFS:
+            name = Path(path).name
+            (root / "text" / name).write_bytes(Path(path).read_bytes())
+            (root / "scans" / name).write_bytes(scan_of(path, 300))
+        indexes = {}
+        timings = {}
+        for folder in ("text", "scans"):
+            kb = KnowledgeBase(parse_knowledgebase({"directories": [str(root / folder)]}), root / f"home-{folder}")
+            started = time.perf_counter()
+            kb.index()
+            timings[folder] = time.perf_counter() - started
+            indexes[folder] = kb
+        started = time.perf_counter()
+        indexes["scans"].index(full=True)
+        full_again = time.perf_counter() - started
+        directory = indexes["text"].config.directories[0]
+        with IndexStore(indexes["text"].index_path(directory), create=False) as store:
+            hits = [row for row in store.chunks(list(range(1, store.chunk_total() + 1))).values()
+                    if len(row.text.split()) > 30]
+        random.Random(7).shuffle(hits)
+        answered = {"text": 0, "scans": 0}
+        asked = 0
+        for hit in hits[: args.questions]:
+            words = hit.text.split()
+            start = len(words) // 3
+            question = " ".join(words[start:start + 8])
+            asked += 1
+            for folder, kb in indexes.items():
+                top = kb.search(question, k=5).hits
+                answered[folder] += any(h.path == hit.path and h.page == hit.page for h in top)
+    report("OCR'd copies answer what the text layers answer (hybrid, top 5, the same page)",
+           ["questions", "answered from text layers", "answered from 300-dpi scans", "first index of the scans",
+            "`--full` again (cached OCR)", "first index of the text PDFs"],
+           [[asked, answered["text"], answered["scans"], f"{timings['scans']:.1f} s", f"{full_again:.1f} s",
+             f"{timings['text']:.1f} s"]], write=not args.no_write)
+
+
+if __name__ == "__main__":
+    main()

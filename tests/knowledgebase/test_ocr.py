@@ -1,0 +1,100 @@
+"""OCR as a user meets it: a scanned PDF and a screenshot found by their words, cited like text and
+marked `ocr`; recognised once (cache by the page's pixels); files waiting while no OCR is installed,
+said by status, read when it is; hostile pictures one skip reason each."""
+
+import struct
+import zlib
+
+import pymupdf
+import pytest
+
+from hermes_kb.agent.knowledgebase import ocr
+from hermes_kb.agent.knowledgebase.loaders import LOADERS, LoadError
+
+pytestmark = pytest.mark.skipif(ocr.tessdata_dir() is None, reason="needs Tesseract's trained data (the ocr extra)")
+
+INVOICE = ["Invoice 4471 from Rotterdam Pumps", "Warranty: the pump is covered for 24 months"]
+
+
+def picture(lines: list[str], dpi: int = 200) -> pymupdf.Pixmap:
+    """The lines printed on a page, then photographed: a pixmap with no text layer."""
+    page = pymupdf.open().new_page(width=420, height=160)
+    for n, line in enumerate(lines):
+        page.insert_text((20, 50 + 40 * n), line, fontsize=16)
+    return page.get_pixmap(dpi=dpi)
+
+
+def scanned_pdf(lines: list[str]) -> bytes:
+    pdf = pymupdf.open()
+    page = pdf.new_page(width=420, height=160)
+    page.insert_image(page.rect, stream=picture(lines).tobytes("png"))
+    return pdf.tobytes()
+
+
+def png(lines: list[str]) -> bytes:
+    return picture(lines).tobytes("png")
+
+
+def test_a_scan_and_a_screenshot_are_found_cited_and_marked_ocr(tree, make_kb):
+    kb = make_kb(tree({"scanned.pdf": scanned_pdf(INVOICE), "page.png": png(["Error 0x80070005: access denied"]),
+                       "notes.md": "# Notes\n\nNothing about pumps.\n"}))
+    [summary] = kb.index()
+    assert summary.skipped == []
+    hit = kb.search("warranty pump Rotterdam", k=3, mode="keyword").hits[0]
+    assert (hit.path, hit.part, "ocr" in hit.found_by) == ("scanned.pdf", "page 1", True)
+    shot = kb.search("access denied", k=3, mode="keyword").hits[0]
+    assert (shot.path, shot.kind, "ocr" in shot.found_by) == ("page.png", "image", True)
+    notes = [h for h in kb.search("nothing about pumps", k=5, mode="keyword").hits if h.path == "notes.md"]
+    assert notes and "ocr" not in notes[0].found_by
+    window = kb.read(f"{shot.directory}/page.png")
+    assert "access denied" in window.text.lower()
+
+
+def test_a_page_is_recognised_once_whatever_the_file_is_called(tree, make_kb, monkeypatch):
+    calls = []
+    real = ocr.Ocr.textpage
+    monkeypatch.setattr(ocr.Ocr, "textpage", lambda self, page: calls.append(1) or real(self, page))
+    root = tree({"a.pdf": scanned_pdf(INVOICE)})
+    kb = make_kb(root)
+    kb.index()
+    assert calls == [1]
+    kb.index(full=True)
+    (root / "a.pdf").rename(root / "renamed.pdf")
+    (root / "copy.pdf").write_bytes(scanned_pdf(INVOICE))
+    kb.index()
+    assert calls == [1]  # a --full run, a rename and a duplicate reuse the recognised page
+    assert {h.path for h in kb.search("Rotterdam", k=5, mode="keyword").hits} == {"renamed.pdf", "copy.pdf"}
+
+
+def test_without_ocr_pictures_wait_and_status_says_how_to_enable_it(tree, make_kb, monkeypatch):
+    monkeypatch.setattr(ocr, "tessdata_dir", lambda: None)
+    kb = make_kb(tree({"scanned.pdf": scanned_pdf(INVOICE), "page.png": png(INVOICE)}))
+    [summary] = kb.index()
+    assert sorted(reason.split(";")[0] for _, reason in summary.skipped) == [
+        "waits for OCR: 1 scanned page", "waits for OCR: an image"]
+    [row] = kb.status()
+    assert row["waiting_for_ocr"] == 2 and "pip install 'hermes-knowledgebase[ocr]'" in row["ocr"]
+    monkeypatch.undo()
+    [summary] = kb.index()  # nothing changed on disk: the waiting files are read because OCR is here now
+    assert summary.skipped == [] and "waiting_for_ocr" not in kb.status()[0]
+    assert len(kb.search("Rotterdam", k=5, mode="keyword").hits) == 2
+
+
+def _png_header(width: int, height: int) -> bytes:
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 0, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00" * 64)) + chunk(b"IEND", b""))
+
+
+@pytest.mark.parametrize("data, reason", [
+    (_png_header(20_000, 20_000), "decompression bomb"),  # 400M pixels declared, 64 bytes given
+    (_png_header(100_000, 100_000), "unreadable image"),  # MuPDF refuses it before us
+    (png(INVOICE)[:200], "unreadable image|decompression bomb|no text found"),  # truncated
+    (b"GIF89a not really", "unreadable image|decompression bomb"),  # a header of random dimensions
+    (picture([]).tobytes("png"), "no text found"),
+])
+def test_hostile_or_empty_pictures_are_one_skip_reason(data, reason, tmp_path):
+    with pytest.raises(LoadError, match=reason) as caught:
+        LOADERS["image"](data, "image", ocr.engine(tmp_path))
+    assert "\n" not in str(caught.value)
