@@ -98,3 +98,12 @@ def test_hostile_or_empty_pictures_are_one_skip_reason(data, reason, tmp_path):
     with pytest.raises(LoadError, match=reason) as caught:
         LOADERS["image"](data, "image", ocr.engine(tmp_path))
     assert "\n" not in str(caught.value)
+
+
+def test_a_scanned_page_declaring_a_huge_picture_is_not_decoded(tmp_path):
+    pdf = pymupdf.open(stream=scanned_pdf(INVOICE))
+    [image] = pdf[0].get_images(full=True)
+    for key in ("Width", "Height"):
+        pdf.xref_set_key(image[0], key, "20000")  # 400 million pixels declared, a few KB of data
+    with pytest.raises(LoadError, match="decompression bomb"):
+        LOADERS["pdf"](pdf.tobytes(), "pdf", ocr.engine(tmp_path))

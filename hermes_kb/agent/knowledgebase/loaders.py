@@ -475,15 +475,18 @@ def _needs_ocr(page, blocks: list[_Block]) -> bool:
     return sum(len(line) for block in blocks for line in block.lines) < ocr_engine.MIN_TEXT_CHARS and bool(page.get_images())
 
 
-def _read_pages(pdf, ocr=None) -> tuple[list[_Page], list[int], int]:
-    """(the pages, the 1-based numbers of those OCR read, how many still need OCR)."""
-    pages, chars, recognised, waiting = [], 0, [], 0
+def _read_pages(pdf, ocr=None) -> tuple[list[_Page], list[int], int, int]:
+    """(the pages, the 1-based numbers of those OCR read, how many wait for OCR, how many were not
+    read because their pictures are too large)."""
+    pages, chars, recognised, waiting, oversized = [], 0, [], 0, 0
     for number, page in enumerate(pdf, 1):
         blocks = _page_blocks(page)
         if _needs_ocr(page, blocks):
             read = _recognised_blocks(page, ocr) if ocr is not None else None
-            if read is None:
+            if ocr is None:
                 waiting += 1
+            elif read is None:
+                oversized += 1
             else:
                 blocks = read
                 recognised.append(number)
@@ -491,7 +494,7 @@ def _read_pages(pdf, ocr=None) -> tuple[list[_Page], list[int], int]:
         if chars > MAX_PDF_TEXT_CHARS:
             raise LoadError(f"its text runs past {MAX_PDF_TEXT_CHARS} characters, the limit for one PDF")
         pages.append(_Page(page.rect.height, blocks))
-    return pages, recognised, waiting
+    return pages, recognised, waiting, oversized
 
 
 def _running_key(line: str, edge: str, top: float) -> tuple[str, str, int] | None:
@@ -667,7 +670,7 @@ def _pdf(data: bytes, kind: str, ocr=None) -> Document:
             if pdf.needs_pass:
                 raise LoadError("encrypted PDF")
             check_pdf_streams(pdf)
-            pages, recognised, waiting = _read_pages(pdf, ocr)
+            pages, recognised, waiting, oversized = _read_pages(pdf, ocr)
             outline = _outline(pdf, pages)
     except LoadError:
         raise
@@ -677,6 +680,9 @@ def _pdf(data: bytes, kind: str, ocr=None) -> Document:
     if not text.strip():
         if waiting:
             raise LoadError(ocr_engine.missing_sentence(f"{waiting} scanned page{'s' * (waiting > 1)}"))
+        if oversized:
+            raise LoadError(f"its pictures of text are over the {ocr_engine.MAX_IMAGE_PIXELS:,}-pixel limit "
+                            f"(a decompression bomb?); not read")
         raise LoadError("PDF has no extractable text")
     return Document(text, "pdf", starts, _outline_headings(outline, placed, starts),
                     metadata=FileMetadata(recognised=tuple(recognised)))
