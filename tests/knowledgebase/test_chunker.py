@@ -104,3 +104,28 @@ def test_long_chunks_are_embedded_as_windows_of_the_models_training_length(size)
         for start, end in chunk.windows:
             covered.update(range(start, end))
         assert all(i in covered for i, ch in enumerate(chunk.text) if not ch.isspace())
+
+
+def test_pieces_are_counted_per_script_so_the_same_text_gets_the_same_chunks():
+    """A word with its combining marks is one piece (Hindi, Thai), a Han or kana character is one
+    (as the model reads it): the same sentence in three scripts is cut into about as many chunks."""
+    assert estimate_tokens("हिंदी भाषा में लिखा गया") == 5  # five words, marks inside them
+    assert estimate_tokens("数据库迁移") == 5 and estimate_tokens("データベース") == 6 and estimate_tokens("v2数据库") == 4
+    assert estimate_tokens("the database migration") == 3 and estimate_tokens("Größe, café.") == 4
+    assert 3 <= estimate_tokens("ภาษาไทยเป็นภาษา") <= 6  # no spaces: about a syllable a piece
+    config = ChunkingConfig(chunk_size=120, chunk_overlap=0)
+    sentences = {"en": "The migration moves every table to the new database server tonight. ",
+                 "hi": "माइग्रेशन आज रात हर तालिका को नए डेटाबेस सर्वर पर ले जाता है। ",
+                 "zh": "迁移今晚将每张表移到新的数据库服务器。"}
+    counts = {lang: len(chunk_document(Document(text * 60, "text"), "n.txt", config)) for lang, text in sentences.items()}
+    assert max(counts.values()) <= 2 * min(counts.values()), counts
+
+
+def test_text_without_spaces_or_line_breaks_is_cut_between_characters_never_before_a_mark():
+    import unicodedata
+
+    thai = "ภาษาไทยเป็นภาษาที่ไม่มีการเว้นวรรคระหว่างคำ" * 30
+    for text in (thai, "迁移今晚将每张表移到新的数据库服务器" * 40):
+        chunks = chunk_document(Document(text, "text"), "n.txt", ChunkingConfig(60, 0))
+        assert len(chunks) > 3 and "".join(c.text for c in chunks) == text
+        assert all(not unicodedata.category(c.text[0]).startswith("M") for c in chunks)

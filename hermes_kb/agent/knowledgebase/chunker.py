@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import hashlib
 import re
+
+import regex
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
@@ -27,18 +29,31 @@ from .loaders import Document
 
 CHUNKER_VERSION = 9  # 5: PDFs cut at pages and outline sections; 6: code cut at tree-sitter syntax units (code_units.py);
 # 7: HTML main content only, cited by the source file's lines; 8: notebooks, e-mail, tables, org-mode, LaTeX;
-# 9: notes' tags and dates kept as file metadata (filters.py): every file re-read once, nothing re-embedded
+# 9: notes' tags and dates kept as file metadata (filters.py); pieces counted per script (_TOKEN)
 VECTOR_WINDOW = 128  # estimated pieces per embedded window
 WINDOW_OVERLAP = 20
 MAX_WINDOWS = 32  # per chunk; a longer chunk (a large chunk_size) gets proportionally longer windows
 
-_TOKEN = re.compile(r"\w+|[^\w\s]")
-# Cut points, coarsest first; a cut falls right after the separator.
+# An estimated word piece, as the text has them in every script: a word with its combining marks
+# (Devanagari's vowel signs are not \w: counted apart, a Hindi paragraph came out 3x English's
+# pieces and 3x the chunks); one Han or kana character (written without spaces, a whole sentence
+# was one "word": a Chinese chunk of 900 model pieces had one window, and the model read its first
+# 256); up to four letters of a script written without spaces between words (Thai, Lao, Khmer,
+# Myanmar: about a syllable); a punctuation mark.
+_TOKEN = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\u30fc]|(?:[\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]\p{M}*){1,4}"
+                       r"|(?:(?![\p{Han}\p{Hiragana}\p{Katakana}\u30fc\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}])[\w\p{M}])+"
+                       r"|[^\w\s]")
+# Cut points, coarsest first; a cut falls right after the separator. Text written without spaces
+# (Chinese, Japanese, Thai ...) has its sentence marks (。！？；) and, last, any boundary between two of
+# its characters (never before a combining mark): without them a Chinese file without line breaks
+# was one chunk however long.
 _SEPARATORS = (
     re.compile(r"\n[ \t]*\n"),
     re.compile(r"\n"),
-    re.compile(r"(?<=[.!?;:])\s+"),
+    re.compile(r"(?<=[.!?;:])\s+|(?<=[。！？；])"),
     re.compile(r"\s+"),
+    regex.compile(r"(?<=[\p{Han}\p{Hiragana}\p{Katakana}\u30fc\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]\p{M}*)"
+                  r"(?=(?!\p{M})[\p{Han}\p{Hiragana}\p{Katakana}\u30fc\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}])"),
 )
 _FENCE = re.compile(r"^[ \t]{0,3}(```+|~~~+)")
 _HEADING = re.compile(r"^[ \t]{0,3}(#{1,6})[ \t]+(.+?)[ \t#]*$")
