@@ -47,7 +47,7 @@ SCHEMAS = {
                                                        "(a note's front matter date, else when the file last changed)"},
             "before": {"type": "string", "description": "only files dated before this (as since)"},
             "kind": {"type": "string", "enum": list(FILE_KINDS), "description": "only files of this kind"},
-            "path": {"type": "string", "description": "only files whose path matches this glob, e.g. 'docs/*.md'"},
+            "path_glob": {"type": "string", "description": "only files whose path matches this glob, e.g. 'docs/*.md'"},
         }, "required": ["query"]},
     },
     "kb_read": {
@@ -106,7 +106,7 @@ def _search(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: 
     its id across calls and turns; a host without a conversation gets S1, S2 ... per call."""
     k = max(1, min(int(args.get("k", 5)), 20))
     directory = str(_known(kb, args["directory"]).path) if args.get("directory") else None
-    result = kb.search(args["query"], k=k, directory=directory, mode=args.get("mode", "hybrid"), path_glob=args.get("path"),
+    result = kb.search(args["query"], k=k, directory=directory, mode=args.get("mode", "hybrid"), path_glob=args.get("path_glob"),
                        kind=args.get("kind"), tags=args.get("tags") or (), since=args.get("since"), before=args.get("before"))
     citations = citations if citations is not None else Citations()
     hits = []

@@ -169,7 +169,8 @@ def test_a_shortlisted_filter_ranks_only_its_rows(monkeypatch, tmp_path):
 def test_filters_reach_the_tool_and_the_cli(tree, make_kb):
     kb = make_kb(vault(tree))
     kb.index()
-    found = run_tool("kb_search", kb, {"query": "quarterly report", "tags": ["finance"], "k": 5}, Permissions(kb.config))
+    found = run_tool("kb_search", kb, {"query": "quarterly report", "tags": ["finance"], "path_glob": "notes/*", "k": 5},
+                     Permissions(kb.config))
     assert len(found["hits"]) == 5 and all(h["path"] >= "notes/n55" for h in found["hits"])
     with pytest.raises(TOOL_ERRORS, match="Cannot read 'someday' as a date"):
         run_tool("kb_search", kb, {"query": "report", "since": "someday"}, Permissions(kb.config))
