@@ -149,8 +149,9 @@ class FileTable:
         count = np.array([row[7] for row in rows], dtype=np.int64)
         self.first, self.stop = first, last + 1
         self.ranged = self.stop - first == count
-        by_id = scattered([int(rows[i][0]) for i in np.flatnonzero(~self.ranged)]) if not self.ranged.all() else {}
-        self.scattered = {int(i): by_id.get(int(rows[i][0]), np.empty(0, dtype=np.int64)) for i in np.flatnonzero(~self.ranged)}
+        loose = np.flatnonzero(~self.ranged)  # positions of files whose chunk ids are not one range
+        by_id = scattered([int(rows[i][0]) for i in loose]) if len(loose) else {}
+        self.scattered = {int(i): by_id.get(int(rows[i][0]), np.empty(0, dtype=np.int64)) for i in loose}
         holders: dict[str, list[int]] = {}
         for position, row in enumerate(rows):
             for tag in unpack_tags(row[3]):
