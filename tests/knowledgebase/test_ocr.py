@@ -50,6 +50,27 @@ def test_a_scan_and_a_screenshot_are_found_cited_and_marked_ocr(tree, make_kb):
     assert "access denied" in window.text.lower()
 
 
+def test_pictures_come_last_and_are_announced(tree, make_kb):
+    from hermes_kb.agent.knowledgebase.indexer import index_directory
+
+    kb = make_kb(tree({"z.md": "# Z\n\nlast by name\n", "a.png": png(INVOICE)}))
+    seen = []
+
+    class Recorder:
+        def start(self, *args, **kwargs): pass
+        def advance(self, **counts): pass
+        def finish(self): pass
+        def note(self, text): seen.append(text)
+
+    directory = kb.targets(None)[0]
+    with kb.backend.open(kb.index_path(directory), name=directory.name) as store:
+        order = []
+        real = store.write_file
+        store.write_file = lambda path, *a, **k: order.append(path) or real(path, *a, **k)
+        index_directory(directory, kb.config, store, kb.embedder, Recorder(), ocr=ocr.engine(None))
+    assert order == ["z.md", "a.png"] and any(note.startswith("Reading 1 picture by OCR") for note in seen)
+
+
 def test_a_page_is_recognised_once_whatever_the_file_is_called(tree, make_kb, monkeypatch):
     calls = []
     real = ocr.Ocr.textpage

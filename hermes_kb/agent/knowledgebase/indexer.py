@@ -263,7 +263,13 @@ class _Run:
             self.store.set_meta(root=str(root))
         self.progress.start(self.directory.name, len(todo), sum(file.size for file, _ in todo))
         try:
+            pictures = sum(1 for file, _ in todo if file.kind in OCR_LAST) if self.ocr is not None else 0
             for file, row in todo:
+                if pictures and file.kind in OCR_LAST:
+                    self.progress.note(f"Reading {pictures} picture{'s' * (pictures > 1)} by OCR, about "
+                                       f"{ocr_engine.SECONDS_PER_PAGE} s each unless recognised before "
+                                       f"(every other file is searchable already).")
+                    pictures = 0
                 self.process(file, row, rechunk or file.rel_path in unfinished)
             self.embed_waiting()
             present = {f.rel_path for f in scanned.files}

@@ -25,6 +25,7 @@ ENGINE_VERSION = 1  # part of every cache key: a change of how pages are recogni
 DPI = 300  # Tesseract's own advice for printed text; 150 dpi was 1.5x faster and slightly worse
 MAX_PAGE_PIXELS = 40_000_000  # a page is rendered at most this large (an A4 page at 300 dpi is 8.7M)
 MAX_IMAGE_PIXELS = 100_000_000  # a picture declaring more is refused unread: a decompression bomb
+SECONDS_PER_PAGE = 4  # a text-rich page at DPI on one core of a 2024 server (docs/benchmarks.md, "OCR"): for the notice
 MIN_TEXT_CHARS = 20  # a PDF page with less text than this and a picture on it is recognised
 KEY_DPI = 24  # the rendering a page's cache key is hashed from
 # The start of the skip reason a file gets while no OCR is available: `hermes kb status` counts
