@@ -43,10 +43,14 @@ import regex
 ANALYZER = "kb-analyzer-3"
 ENGLISH = "porter"  # what every index used before languages: English scores stay as they were
 
-_SEGMENTED = r"\p{Han}\p{Hiragana}\p{Katakana}\p{Hangul}\u3005\u30fc\u309d\u309e\u30fd\u30fe"
-_CLUSTERED = r"\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}"
+# Scripts as character classes, shared with the chunker's size estimate: ideographs and kana (with
+# their iteration and length marks), written without spaces and read a character at a time; the
+# Southeast Asian scripts, without spaces too, read by grapheme cluster.
+IDEOGRAPHIC = r"\p{Han}\p{Hiragana}\p{Katakana}\u3005\u30fc\u309d\u309e\u30fd\u30fe"
+CLUSTERED = r"\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}"
+_SEGMENTED = IDEOGRAPHIC + r"\p{Hangul}"  # Hangul is spaced, but segmented into bigrams like the others
 _TOKEN = regex.compile(
-    rf"(?P<cjk>[{_SEGMENTED}]+)|(?P<sea>[{_CLUSTERED}]+)|(?P<word>[[\p{{L}}\p{{M}}\p{{N}}]--[{_SEGMENTED}{_CLUSTERED}]]+)",
+    rf"(?P<cjk>[{_SEGMENTED}]+)|(?P<sea>[{CLUSTERED}]+)|(?P<word>[[\p{{L}}\p{{M}}\p{{N}}]--[{_SEGMENTED}{CLUSTERED}]]+)",
     regex.V1)
 _ASCII_WORD = regex.compile(r"[a-z0-9]+")
 _ARABIC_MARKS = regex.compile(r"[\u0640\u064b-\u065f\u0670\u06d6-\u06ed]")  # tatweel, harakat, Quranic marks

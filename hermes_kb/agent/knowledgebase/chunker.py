@@ -23,6 +23,7 @@ import regex
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 
+from .analysis import CLUSTERED, IDEOGRAPHIC
 from .code_units import KIND_GRAMMARS, code_segments
 from .config import ChunkingConfig
 from .loaders import Document
@@ -40,9 +41,8 @@ MAX_WINDOWS = 32  # per chunk; a longer chunk (a large chunk_size) gets proporti
 # was one "word": a Chinese chunk of 900 model pieces had one window, and the model read its first
 # 256); up to four letters of a script written without spaces between words (Thai, Lao, Khmer,
 # Myanmar: about a syllable); a punctuation mark.
-_TOKEN = regex.compile(r"[\p{Han}\p{Hiragana}\p{Katakana}\u30fc]|(?:[\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]\p{M}*){1,4}"
-                       r"|(?:(?![\p{Han}\p{Hiragana}\p{Katakana}\u30fc\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}])[\w\p{M}])+"
-                       r"|[^\w\s]")
+_SPACELESS = IDEOGRAPHIC + CLUSTERED
+_TOKEN = regex.compile(rf"[{IDEOGRAPHIC}]|(?:[{CLUSTERED}]\p{{M}}*){{1,4}}|(?:(?![{_SPACELESS}])[\w\p{{M}}])+|[^\w\s]")
 # Cut points, coarsest first; a cut falls right after the separator. Text written without spaces
 # (Chinese, Japanese, Thai ...) has its sentence marks (。！？；) and, last, any boundary between two of
 # its characters (never before a combining mark): without them a Chinese file without line breaks
@@ -52,8 +52,7 @@ _SEPARATORS = (
     re.compile(r"\n"),
     re.compile(r"(?<=[.!?;:])\s+|(?<=[。！？；])"),
     re.compile(r"\s+"),
-    regex.compile(r"(?<=[\p{Han}\p{Hiragana}\p{Katakana}\u30fc\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}]\p{M}*)"
-                  r"(?=(?!\p{M})[\p{Han}\p{Hiragana}\p{Katakana}\u30fc\p{Thai}\p{Lao}\p{Khmer}\p{Myanmar}])"),
+    regex.compile(rf"(?<=[{_SPACELESS}]\p{{M}}*)(?=(?!\p{{M}})[{_SPACELESS}])"),
 )
 _FENCE = re.compile(r"^[ \t]{0,3}(```+|~~~+)")
 _HEADING = re.compile(r"^[ \t]{0,3}(#{1,6})[ \t]+(.+?)[ \t#]*$")
