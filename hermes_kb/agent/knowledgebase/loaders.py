@@ -482,10 +482,9 @@ def _read_pages(pdf, ocr=None) -> tuple[list[_Page], list[int], int, int]:
     for number, page in enumerate(pdf, 1):
         blocks = _page_blocks(page)
         if _needs_ocr(page, blocks):
-            read = _recognised_blocks(page, ocr) if ocr is not None else None
             if ocr is None:
                 waiting += 1
-            elif read is None:
+            elif (read := _recognised_blocks(page, ocr)) is None:
                 oversized += 1
             else:
                 blocks = read

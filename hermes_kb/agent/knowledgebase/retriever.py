@@ -353,7 +353,7 @@ def _mark_exact(source: SearchSource, query: str, by_id: dict[int, _Candidate], 
         if ids is None:
             ids = [chunk_id for chunk_id, _ in source.store.keyword_phrase(literal, EXACT_DEPTH)]
         if allowed is not None:
-            ids = [chunk_id for chunk_id in ids if contains(allowed, chunk_id)]
+            ids = [chunk_id for chunk_id, kept in zip(ids, np.isin(ids, allowed)) if kept]
         for chunk_id, row in source.store.chunks(ids).items():
             if _holds(row.text, literal):
                 candidate = by_id.setdefault(chunk_id, _Candidate(source, chunk_id, bm25=bm25.get(chunk_id, 0.0)))
@@ -492,11 +492,6 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
         if len(kept) >= options.k or (window and window[-1][0] < options.min_score):
             break
     return _finish(result, kept)
-
-
-def contains(sorted_ids: np.ndarray, chunk_id: int) -> bool:
-    position = int(np.searchsorted(sorted_ids, chunk_id))
-    return position < len(sorted_ids) and int(sorted_ids[position]) == chunk_id
 
 
 def _freshness(path: str, row) -> str:
