@@ -23,13 +23,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hermes_kb.agent.knowledgebase.evaluation import load_dataset, percentile  # noqa: E402
+from hermes_kb.agent.knowledgebase.evaluation import percentile  # noqa: E402
 from hermes_kb.agent.knowledgebase.filters import FileMetadata  # noqa: E402
 from hermes_kb.agent.knowledgebase.store import IndexStore  # noqa: E402
 from benchmarks._report import report  # noqa: E402
-from benchmarks.query_latency import CHUNKS_PER_FILE, build, real_chunks  # noqa: E402
-from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
-from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
+from benchmarks.query_latency import CHUNKS_PER_FILE, build, scifact_material  # noqa: E402
 
 DAY = 86400.0
 NOW = time.time()
@@ -55,9 +53,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    home = hermes_home()
-    texts, vectors = real_chunks(home)
-    queries = list(load_dataset(DEFAULT_DATASET, "test").queries.values())[: args.queries]
+    texts, vectors, queries = scifact_material(args.queries)
     files = args.size // CHUNKS_PER_FILE
     admitted = {name: np.array([_admits(f, name) for f in range(files)]) for name in FILTERS}
     rows = []

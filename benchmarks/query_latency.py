@@ -55,6 +55,13 @@ def real_chunks(home: Path) -> tuple[list[str], list[np.ndarray]]:
     return [r[1] for r in rows], [vectors[r[0]] for r in rows]
 
 
+def scifact_material(queries: int) -> tuple[list[str], list[np.ndarray], list[str]]:
+    """What the synthetic indexes are made of: SciFact's chunk texts and window vectors, and its first
+    `queries` test claims."""
+    texts, vectors = real_chunks(hermes_home())
+    return texts, vectors, list(load_dataset(DEFAULT_DATASET, "test").queries.values())[:queries]
+
+
 def build(root: Path, size: int, texts: list[str], vectors: list[np.ndarray], rng,
           metadata: Callable[[int], FileMetadata] = lambda file_no: FileMetadata()) -> tuple[KnowledgeBase, np.ndarray, np.ndarray, dict]:
     """Write `size` chunks straight through the store (the indexer would only re-embed them), each
@@ -123,9 +130,7 @@ def main() -> None:
     parser.add_argument("--queries", type=int, default=100)
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    home = hermes_home()
-    texts, vectors = real_chunks(home)
-    queries = list(load_dataset(DEFAULT_DATASET, "test").queries.values())[: args.queries]
+    texts, vectors, queries = scifact_material(args.queries)
     rng = np.random.default_rng(7)
     rows, figures = [], []
     with tempfile.TemporaryDirectory() as scratch:
