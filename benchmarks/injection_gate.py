@@ -23,8 +23,14 @@ precisions, false injection rate. The smallest threshold whose SciFact-train
 block precision is at least 0.85 and whose false injection rate is at most 2%
 on both collections is chosen, and confirmed through the real AutoRetriever.
 
+With --languages, each XQuAD language of ../shared/eval/xquad (the same 240
+paragraphs and questions in every language) is one more collection, so the
+gate's rate and precision can be compared across languages; its questions are
+the first --questions of each (the same questions in every language).
+
     python benchmarks/injection_gate.py                 # choose, confirm, append to docs/benchmarks.md
     python benchmarks/injection_gate.py --set relevance_threshold=0.8 --no-write
+    python benchmarks/injection_gate.py --languages --questions 300
 """
 
 from __future__ import annotations
@@ -54,6 +60,7 @@ DOCS = {
     "npm docs": (Path("/usr/lib/node_modules/npm/docs/content"), DATA / "npm_docs_questions.tsv", None),
     "pg manual": (Path("/usr/share/doc/postgresql-doc-15/html"), DATA / "pg_manual_questions.tsv", OFFTOPIC_GENERAL),
 }
+XQUAD = Path(__file__).resolve().parents[2] / "shared" / "eval" / "xquad"
 GRID = [round(0.50 + 0.025 * i, 3) for i in range(21)]
 MIN_BLOCK_PRECISION, MAX_FALSE_RATE = 0.85, 0.02
 
@@ -96,19 +103,26 @@ def lines_of(path: Path) -> list[str]:
     return [line.strip() for line in path.read_text().splitlines() if line.strip() and not line.startswith("#")]
 
 
-def collections(dataset: Path, overrides: dict, home: Path, offtopic: list[str]) -> dict[str, Collection]:
+def collections(dataset: Path, overrides: dict, home: Path, offtopic: list[str],
+                languages: int | None = None) -> dict[str, Collection]:
+    """Every collection measured; `languages`: how many questions of each XQuAD language to add."""
     config = parse_knowledgebase(overrides)
     found: dict[str, Collection] = {}
     embedder = None
-    for split in ("train", "test"):
-        data = load_dataset(dataset, split)
+    beir = [(dataset, split, f"{dataset.name} {split}", None) for split in ("train", "test")]
+    if languages:
+        beir += [(folder, "test", f"xquad {folder.name}", languages) for folder in sorted(XQUAD.iterdir())
+                 if (folder / "corpus.jsonl").is_file()]
+    for root, split, name, first in beir:
+        data = load_dataset(root, split)
         names, run_config = workspace(data, config, home)  # the index benchmarks/retrieval.py built
         kb = KnowledgeBase(run_config, home, embedder_factory=embedder)
         kb.index()
         embedder = embedder or kb.embedder
         by_name = {v: k for k, v in names.items()}
-        found[f"{data.name} {split}"] = Collection(f"{data.name} {split}", kb, list(data.queries.values()),
-                                                   [{by_name[d] for d in data.qrels[q]} for q in data.queries], offtopic)
+        asked = sorted(data.queries)[:first]
+        found[name] = Collection(name, kb, [data.queries[q] for q in asked],
+                                 [{by_name[d] for d in data.qrels[q]} for q in asked], offtopic)
     for name, (folder, questions, extra) in DOCS.items():
         if not folder.is_dir():
             print(f"{folder} is missing: {name} skipped", file=sys.stderr)
@@ -128,11 +142,14 @@ def main() -> None:
     parser.add_argument("dataset", nargs="?", type=Path, default=DEFAULT_DATASET)
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--no-write", action="store_true")
+    parser.add_argument("--languages", action="store_true", help="add every XQuAD language as a collection")
+    parser.add_argument("--questions", type=int, default=300, help="questions per XQuAD language")
     args = parser.parse_args()
     overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
     config = parse_knowledgebase(overrides)
     k = config.max_context_chunks + 1
-    found = collections(args.dataset, overrides, hermes_home(), lines_of(OFFTOPIC))
+    found = collections(args.dataset, overrides, hermes_home(), lines_of(OFFTOPIC),
+                        args.questions if args.languages else None)
     hooks = {name: AutoRetriever(c.kb, c.kb.config) for name, c in found.items()}
     measured = {name: ([seen(hooks[name], q, a, k) for q, a in zip(c.questions, c.answers)],
                        [seen(hooks[name], q, set(), k) for q in c.offtopic]) for name, c in found.items()}

@@ -30,7 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hermes_kb.agent.knowledgebase import keyword_cache, pg_store, vector_cache  # noqa: E402
-from hermes_kb.agent.knowledgebase.retriever import SearchOptions, SearchSource, search  # noqa: E402
+from hermes_kb.agent.knowledgebase.retriever import QueryModel, SearchOptions, SearchSource, search  # noqa: E402
 from hermes_kb.agent.knowledgebase.chunker import Chunk  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from hermes_kb.agent.knowledgebase.embeddings import create_embedder  # noqa: E402
@@ -85,7 +85,8 @@ def timed_hybrid(sources: dict, claims: list[str], queries: np.ndarray) -> tuple
     timings, found = [], []
     for claim, vector in zip(claims, queries):
         started = time.perf_counter()
-        hits = search([SearchSource(**sources)], claim, lambda vector=vector: vector, SearchOptions(k=10)).hits
+        model = QueryModel(lambda vector=vector: vector)
+        hits = search([SearchSource(**sources, model=model)], claim, SearchOptions(k=10)).hits
         timings.append((time.perf_counter() - started) * 1000)
         found.append([(hit.path, hit.start_line) for hit in hits])
     return timings, found

@@ -38,7 +38,8 @@ def gather(kb: KnowledgeBase, queries: dict[str, str], pool_k: int) -> dict[str,
     options = SearchOptions(k=pool_k, mode="hybrid")
     gathered = {}
     for query_id, text in queries.items():
-        candidates = retriever._gather([source], text, lambda: kb.embedder().embed_query(text), options, SearchResult())
+        asked = replace(source, model=kb.query_model(text, directory))
+        candidates = retriever._gather([asked], text, options, SearchResult(), {})
         paths = {i: row.path for i, row in store.chunks([c.chunk_id for c in candidates]).items()}
         gathered[query_id] = [(paths[c.chunk_id], c) for c in candidates]
     return gathered

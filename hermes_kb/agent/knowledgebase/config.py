@@ -102,6 +102,7 @@ class DirectoryConfig:
     index_path: Path | None = None
     exclude: tuple[str, ...] = ()
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+    embedding: EmbeddingConfig | None = None  # its own embedding_model; None: the knowledgebase's
 
     def resolved_index_path(self, hermes_home: Path) -> Path:
         """Default location keys the file on the absolute path, so two roots with one name never collide."""
@@ -167,6 +168,10 @@ class KnowledgebaseConfig:
             if directory.path == candidate:
                 return directory
         return None
+
+    def embedding_for(self, directory: DirectoryConfig) -> EmbeddingConfig:
+        """The model a directory is embedded with: its own embedding_model, else the knowledgebase's."""
+        return directory.embedding or self.embedding
 
     def scan_rules(self, directory: DirectoryConfig) -> dict:
         """What decides a file's place in an index: the scanner's keyword arguments, in one place."""
@@ -292,7 +297,7 @@ _SCALARS: dict[str, Callable[[str, Any], Any]] = {
 _CHUNKING_KEYS = {"chunk_size": _number(int, 32, 2000), "chunk_overlap": _number(int, 0, 1000)}
 # `embedding` is an older spelling of `embedding_model`, still read.
 _KNOWN_TOP = (*_SCALARS, *_CHUNKING_KEYS, "directories", "embedding_model", "embedding", "store")
-_KNOWN_DIRECTORY = ("path", "name", "index_path", "exclude", *_CHUNKING_KEYS)
+_KNOWN_DIRECTORY = ("path", "name", "index_path", "exclude", "embedding_model", *_CHUNKING_KEYS)
 _KNOWN_EMBEDDING = ("backend", "model", "model_path", "base_url", "api_key_env", "batch_size", "runtime")
 RUNTIMES = ("auto", "openvino", "onnxruntime")
 
@@ -305,36 +310,38 @@ def _chunking(section: dict, prefix: str, base: ChunkingConfig) -> ChunkingConfi
     return chunking
 
 
-def _embedding(section: dict) -> EmbeddingConfig:
-    """`embedding_model` is either a backend name or a mapping with the details; null means the default."""
+def _embedding(section: dict, prefix: str = "") -> EmbeddingConfig:
+    """`embedding_model` is either a backend name or a mapping with the details; null means the default.
+    `prefix` places a directory's own setting (`directories[2].`) in what the messages name."""
     if "embedding_model" in section and "embedding" in section:
         raise ConfigError("knowledgebase.embedding is an older name for embedding_model; keep only embedding_model.")
     raw = section.get("embedding_model", section.get("embedding"))
+    key = f"{prefix}embedding_model"
     if raw is None:
         raw = {}
     if isinstance(raw, str):
         raw = {"backend": raw}
     if not isinstance(raw, dict):
-        raise ConfigError(f"knowledgebase.embedding_model must be local, multilingual, openai, ollama, or a mapping with a backend "
+        raise ConfigError(f"knowledgebase.{key} must be local, multilingual, openai, ollama, or a mapping with a backend "
                           f"key, not {show(raw)}.")
-    check_keys(raw, _KNOWN_EMBEDDING, "knowledgebase.embedding_model.", " of embedding_model")
-    backend = _choice(BACKENDS)("embedding_model.backend", raw.get("backend", "local"))
+    check_keys(raw, _KNOWN_EMBEDDING, f"knowledgebase.{key}.", " of embedding_model")
+    backend = _choice(BACKENDS)(f"{key}.backend", raw.get("backend", "local"))
     default_model = DEFAULT_LOCAL_MODEL if backend == "local" else DEFAULT_REMOTE_MODELS[backend]
-    model = _text("embedding_model.model", raw.get("model", default_model))
+    model = _text(f"{key}.model", raw.get("model", default_model))
     model_path = raw.get("model_path")
     if model_path is not None:
-        model_path = str(_path("embedding_model.model_path", model_path))
+        model_path = str(_path(f"{key}.model_path", model_path))
     base_url = raw.get("base_url")
     if base_url is not None and not (isinstance(base_url, str) and base_url.startswith(("http://", "https://"))):
-        raise ConfigError(f"knowledgebase.embedding_model.base_url must be an http:// or https:// URL, not {show(base_url)}.")
+        raise ConfigError(f"knowledgebase.{key}.base_url must be an http:// or https:// URL, not {show(base_url)}.")
     return EmbeddingConfig(
         backend=backend,
         model=model,
         model_path=model_path,
         base_url=expand(base_url) if base_url else DEFAULT_BASE_URLS.get(backend),
-        api_key_env=_text("embedding_model.api_key_env", raw.get("api_key_env", "OPENAI_API_KEY")),
-        batch_size=_number(int, 1, 1024)("embedding_model.batch_size", raw.get("batch_size", DEFAULT_BATCH_SIZES[backend])),
-        runtime=_choice(RUNTIMES)("embedding_model.runtime", raw.get("runtime", "auto")),
+        api_key_env=_text(f"{key}.api_key_env", raw.get("api_key_env", "OPENAI_API_KEY")),
+        batch_size=_number(int, 1, 1024)(f"{key}.batch_size", raw.get("batch_size", DEFAULT_BATCH_SIZES[backend])),
+        runtime=_choice(RUNTIMES)(f"{key}.runtime", raw.get("runtime", "auto")),
     )
 
 
@@ -415,6 +422,7 @@ def _directory(entry: Any, position: int, base: KnowledgebaseConfig) -> Director
         index_path=None if index_path is None else _path(f"{where}.index_path", index_path),
         exclude=_globs(f"{where}.exclude", entry.get("exclude")),
         chunking=_chunking(entry, f"{where}.", base.chunking),
+        embedding=_embedding(entry, f"{where}.") if entry.get("embedding_model") is not None else None,
     )
 
 

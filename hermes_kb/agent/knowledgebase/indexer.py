@@ -15,6 +15,7 @@ next one, whatever the files' stat says.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
@@ -28,7 +29,7 @@ from . import keyword_cache, vector_cache
 from .analysis import looks_like_code
 from .chunker import chunk_document, chunker_signature
 from .config import DirectoryConfig, KnowledgebaseConfig
-from .embeddings import Embedder, ModelIdentity
+from .embeddings import Embedder, EmbeddingError, ModelIdentity, cosine_baseline
 from .file_access import read_inside
 from . import ocr as ocr_engine
 from .loaders import LoadError, load
@@ -125,6 +126,7 @@ class _Run:
         self.directory, self.config, self.store, self.ocr = directory, config, store, ocr
         self.embedder_factory, self.progress, self.full, self.only = embedder_factory, progress, full, only
         self.embedder: Embedder | None = None
+        self.baseline_due = False  # pinned to a model this run: its cosine baseline is measured at the end
         self.summary = IndexSummary(directory.name, str(directory.path))
         self.waiting: list[_Waiting] = []
         self.journal_was_open = store.reembed_pending()  # a run before this one left chunks without vectors
@@ -141,10 +143,23 @@ class _Run:
                 indexed = None
             if indexed is None:
                 if self.embedder.sends_text_off_machine:
-                    self.progress.note(f"Note: the {self.config.embedding.backend} backend sends the text of every "
-                                       f"indexed file to {self.config.embedding.base_url}.")
+                    embedding = self.config.embedding_for(self.directory)
+                    self.progress.note(f"Note: the {embedding.backend} backend sends the text of every "
+                                       f"indexed file to {embedding.base_url}.")
                 self.store.pin_model(self.embedder.identity)
+                self.baseline_due = True
         return self.embedder
+
+    def _measure_baseline(self) -> None:
+        """The model's cosine baseline (embeddings.cosine_baseline), which vector scores are measured
+        from, recorded once its vectors are written: when the index is pinned to a model, and once for
+        an index embedded before baselines were recorded (a model that cannot load now is left for a
+        later run, as are indexes waiting for `--full` with another model)."""
+        if not self.baseline_due and (self.store.meta("cosine_baseline") is not None
+                                      or self.store.model_identity() is None):
+            return
+        with contextlib.suppress(ModelMismatchError, EmbeddingError):
+            self.store.set_meta(cosine_baseline=round(cosine_baseline(self._embedder()), 4))
 
     def _ocr_now(self, row: FileRow) -> bool:
         """A file left to wait for OCR, now that OCR is there: read again, whatever its stat."""
@@ -272,6 +287,7 @@ class _Run:
                     pictures = 0
                 self.process(file, row, rechunk or file.rel_path in unfinished)
             self.embed_waiting()
+            self._measure_baseline()
             present = {f.rel_path for f in scanned.files}
             self.summary.removed = self.store.delete_files([p for p in existing if p not in present])
             # Every chunk this run wrote has its vectors now. Chunks an earlier run left without them were

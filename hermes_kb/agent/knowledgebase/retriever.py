@@ -51,9 +51,25 @@ class SearchError(ValueError):
     """A search that cannot run as asked; the message says why."""
 
 
+class QueryModel:
+    """The query as one embedding model reads it: its vector, and the share of it the model represents
+    (fusion's trust in that vector), each computed at most once however many indexes share the model."""
+
+    def __init__(self, vector: Callable[[], np.ndarray], coverage: Callable[[], float] = lambda: 1.0):
+        self._vector, self._coverage = vector, coverage
+
+    @functools.cached_property
+    def vector(self) -> np.ndarray:
+        return self._vector()
+
+    @functools.cached_property
+    def coverage(self) -> float:
+        return float(self._coverage())
+
+
 @dataclass(frozen=True)
 class SearchSource:
-    """One open index, and whether its vectors may be compared with the query's."""
+    """One open index, the model its vectors are compared with the query's by, or why they may not be."""
     name: str
     root: str
     store: IndexStore
@@ -61,10 +77,15 @@ class SearchSource:
     vectors: VectorCache | None = None  # the store's vectors, memory-mapped, when the copy is current
     keywords: KeywordCache | None = None  # its terms' posting lists, likewise
     files: Callable[[], FileTable] | None = None  # its files' facets, kept across searches while current
+    model: QueryModel | None = None  # the model it was embedded with; None: keyword search only
 
     @functools.cached_property
     def code_share(self) -> float:
         return self.store.code_share()
+
+    @functools.cached_property
+    def cosine_baseline(self) -> float:
+        return self.store.cosine_baseline()
 
     @functools.cached_property
     def languages(self) -> tuple[str, ...]:
@@ -283,9 +304,18 @@ class _Candidate:
     exact: bool = False  # holds a literal of the query (see `literals`)
     keyword_scale: float = 0.0  # see `keyword_scale`
 
+    @property
+    def similarity(self) -> float | None:
+        """Its cosine measured from what its index's model gives unrelated text (embeddings.cosine_baseline),
+        so 0 means "no closer than unrelated text" for every model: 0 to 1."""
+        if self.cosine is None:
+            return None
+        baseline = self.source.cosine_baseline
+        return max(0.0, (self.cosine - baseline) / (1.0 - baseline))
 
-def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[[], np.ndarray],
-            options: SearchOptions, result: SearchResult, allowed: dict[Path, np.ndarray]) -> list[_Candidate]:
+
+def _gather(sources: Sequence[SearchSource], query: str, options: SearchOptions, result: SearchResult,
+            allowed: dict[Path, np.ndarray]) -> list[_Candidate]:
     """Each source's keyword and vector candidates; with a filter, `allowed` holds the chunk ids
     each pass is restricted to, so a narrow filter fills its pool as an unfiltered search does."""
     pool = max(50, 4 * options.k)
@@ -297,7 +327,7 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
         for source in sources:
             if source.vector_refusal:
                 result.warnings.append(source.vector_refusal)
-            elif source.store.has_vector_table():
+            elif source.model is not None and source.store.has_vector_table():
                 vector_sources.append(source)
     by_source: dict[str, dict[int, _Candidate]] = {source.key: {} for source in sources}
     deeper: dict[str, dict[int, float]] = {}
@@ -319,9 +349,8 @@ def _gather(sources: Sequence[SearchSource], query: str, query_vector: Callable[
         deeper[source.key] = dict(keyword_scores)
         scales[source.key] = keyword_scale(source, terms)
         _mark_exact(source, query, by_source[source.key], deeper[source.key], only)
-    vector = query_vector() if vector_sources else None
     for source in vector_sources:
-        by_id = by_source[source.key]
+        by_id, vector = by_source[source.key], source.model.vector
         for rank, (chunk_id, cosine) in enumerate(source.vector_index.knn(vector, pool, allowed.get(source.key))):
             candidate = by_id.setdefault(chunk_id, _Candidate(source, chunk_id))
             candidate.cosine, candidate.vector_rank = cosine, rank
@@ -399,8 +428,7 @@ def trust(alpha: float, coverage: float, prose_over_code: float) -> float:
     return evidence / (evidence + (1.0 - alpha)) if evidence + (1.0 - alpha) > 0 else alpha
 
 
-def _fuse(candidates: list[_Candidate], options: SearchOptions, query: str = "",
-          coverage: Callable[[], float] = lambda: 1.0) -> list[tuple[float, _Candidate]]:
+def _fuse(candidates: list[_Candidate], options: SearchOptions, query: str = "") -> list[tuple[float, _Candidate]]:
     # bm25 is normalised per index: IDF statistics differ between indexes (a tiny one
     # has near-zero IDF everywhere), so raw scores only compare within one index (see keyword_scale).
     top_bm25: dict[str, float] = {}
@@ -409,10 +437,10 @@ def _fuse(candidates: list[_Candidate], options: SearchOptions, query: str = "",
     share = 1.0 if options.mode == "keyword" else KEYWORD_SCALE_SHARE  # keyword mode: the plain evidence share
     alphas: dict[Path, float] = {}
     if options.mode == "hybrid" and options.fusion == "weighted" and candidates:
-        covered, prose = coverage(), is_prose(query)
-        for candidate in candidates:
-            if candidate.source.key not in alphas:
-                alphas[candidate.source.key] = trust(options.alpha, covered, candidate.source.code_share if prose else 0.0)
+        prose = is_prose(query)
+        for source in {candidate.source.key: candidate.source for candidate in candidates}.values():
+            covered = source.model.coverage if source.model is not None else 0.0
+            alphas[source.key] = trust(options.alpha, covered, source.code_share if prose else 0.0)
     fixed = {"vector": 1.0, "keyword": 0.0}.get(options.mode, options.alpha)
     scored = []
     for candidate in candidates:
@@ -422,7 +450,7 @@ def _fuse(candidates: list[_Candidate], options: SearchOptions, query: str = "",
             ranks = [r for r in (candidate.vector_rank, candidate.keyword_rank) if r is not None]
             score = sum(1.0 / (options.rrf_k + 1 + r) for r in ranks) * (options.rrf_k + 1) / 2
         else:
-            cosine = max(candidate.cosine or 0.0, 0.0)
+            cosine = candidate.similarity or 0.0
             scale = max(top_bm25[candidate.source.key], share * candidate.keyword_scale) or 1.0
             score = alpha * cosine + (1.0 - alpha) * (candidate.bm25 or 0.0) / scale
         if candidate.exact:
@@ -432,8 +460,7 @@ def _fuse(candidates: list[_Candidate], options: SearchOptions, query: str = "",
     return scored
 
 
-def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[], np.ndarray],
-           options: SearchOptions, coverage: Callable[[], float] = lambda: 1.0) -> SearchResult:
+def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) -> SearchResult:
     """Search every source, fuse over the union, then floor, collapse, filter and budget."""
     if not query.strip():
         raise SearchError("The search query is empty.")
@@ -451,7 +478,7 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
         if not sources:
             result.warnings.append("No indexed file matches the filters; nothing was searched.")
             return result
-    scored = _fuse(_gather(sources, query, query_vector, options, result, allowed), options, query, coverage)
+    scored = _fuse(_gather(sources, query, options, result, allowed), options, query)
     rows: dict[tuple[str, int], object] = {}
     kept: list[Hit] = []
     spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
@@ -484,7 +511,7 @@ def search(sources: Sequence[SearchSource], query: str, query_vector: Callable[[
                 directory=candidate.source.name, path=row.path, abs_path=f"{candidate.source.root}/{row.path}",
                 kind=row.kind, start_line=row.start_line, end_line=row.end_line, page=row.page,
                 heading=row.heading, text=row.text, score=round(score, 4),
-                vector_score=None if candidate.cosine is None else round(candidate.cosine, 4),
+                vector_score=None if candidate.similarity is None else round(candidate.similarity, 4),
                 keyword_score=None if candidate.bm25 is None else round(candidate.bm25, 4),
                 found_by=candidate.found_by + ["ocr"] * row.recognised, chunk_id=candidate.chunk_id, content_hash=row.content_hash,
                 stale=freshness == "stale", query_words=shown_terms,

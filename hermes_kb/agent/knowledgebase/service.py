@@ -32,7 +32,7 @@ from .indexer import (
     mismatch_message,
 )
 from .keyword_cache import KeywordCache, KeywordDelta
-from .retriever import SearchError, SearchOptions, SearchResult, SearchSource, search, well_formed
+from .retriever import QueryModel, SearchError, SearchOptions, SearchResult, SearchSource, search, well_formed
 from .scanner import FILE_KINDS, IgnoreRules, scan
 from .store import IndexBusy, IndexCorrupt, IndexStore, StoreError, index_files, writer_lock
 from .vector_cache import VectorCache
@@ -114,27 +114,47 @@ class KnowledgeBase:
         self.config = config
         self.hermes_home = hermes_home
         self.backend = backend_for(config.store, hermes_home)  # where indexes live: SQLite files or PostgreSQL
-        self._embedder_factory = embedder_factory or (lambda: embeddings.create_embedder(config.embedding, hermes_home))
-        # What the configured model will be, known without loading it; an injected embedder must be asked.
-        self._expected_identity = None if embedder_factory else expected_identity(config.embedding)
-        self._embedder: embeddings.Embedder | None = None
+        # The knowledgebase's model comes from embedder_factory when one is given (tests, benchmarks);
+        # a directory with its own embedding_model gets its own, each loaded once and shared.
+        self._embedder_factory = embedder_factory
+        self._embedders: dict[embeddings.EmbeddingConfig, embeddings.Embedder] = {}
+        # What each model will be, known without loading it; an injected embedder must be asked.
+        self._expected_identities: dict[embeddings.EmbeddingConfig, tuple[str, str]] = {}
         self._embedder_lock = threading.Lock()
         self._copies: dict[tuple[str, Path], VectorCache | KeywordCache] = {}  # open memory maps, reused while current
         self._readers: dict[tuple[Path, int], tuple[tuple[int, int], IndexStore]] = {}
         self._file_tables: dict[Path, FileTable] = {}  # filters.FileTable of each index searched with a filter
 
     # --- helpers --------------------------------------------------------------------------
-    def query_coverage(self, query: str) -> float:
-        """How much of the query the embedding model represents (1.0 when it cannot say): fusion's trust."""
-        measure = getattr(self.embedder(), "coverage", None)
-        return float(measure(query)) if callable(measure) else 1.0
+    def query_model(self, query: str, directory: DirectoryConfig | None = None) -> QueryModel:
+        """The query as a directory's model reads it: its vector and the share of it the model
+        represents (1.0 when the model cannot say), fusion's trust in that vector."""
+        def coverage() -> float:
+            measure = getattr(self.embedder(directory), "coverage", None)
+            return float(measure(query)) if callable(measure) else 1.0
+        return QueryModel(lambda: self.embedder(directory).embed_query(query), coverage)
 
-    def embedder(self) -> embeddings.Embedder:
-        """Loaded once, even when a background index run and a chat's search both ask first."""
+    def embedder(self, directory: DirectoryConfig | None = None) -> embeddings.Embedder:
+        """The model a directory (default: the knowledgebase) is embedded with, loaded once, even when a
+        background index run and a chat's search both ask first."""
+        config = self.config.embedding if directory is None else self.config.embedding_for(directory)
         with self._embedder_lock:
-            if self._embedder is None:
-                self._embedder = self._embedder_factory()
-            return self._embedder
+            if config not in self._embedders:
+                injected = self._embedder_factory if config == self.config.embedding else None
+                self._embedders[config] = injected() if injected else embeddings.create_embedder(config, self.hermes_home)
+            return self._embedders[config]
+
+    def _expected_identity(self, directory: DirectoryConfig) -> tuple[str, str]:
+        """(model id, variant) a directory's vectors must have been made with, without loading the
+        model where its configuration says (an injected one is asked)."""
+        config = self.config.embedding_for(directory)
+        if config not in self._expected_identities:
+            if self._embedder_factory is not None and config == self.config.embedding:
+                identity = self.embedder(directory).identity
+                self._expected_identities[config] = (identity.model_id, identity.variant)
+            else:
+                self._expected_identities[config] = expected_identity(config)
+        return self._expected_identities[config]
 
     def targets(self, target: str | None) -> list[DirectoryConfig]:
         """No target: every configured directory. Otherwise a name, a configured path, or any folder."""
@@ -275,17 +295,15 @@ class KnowledgeBase:
         if not store.has_window_vectors():
             return (f"The vectors of {directory.name} are from an older version of the index; run "
                     f"`hermes kb index {directory.name}` to rebuild them (keyword search works meanwhile).")
-        if self._expected_identity is None:
-            try:
-                identity = self.embedder().identity
-            except EmbeddingError as exc:
-                return f"Vector search is off: {exc}"
-            self._expected_identity = (identity.model_id, identity.variant)
-        model_id, variant = self._expected_identity
+        try:
+            model_id, variant = self._expected_identity(directory)
+        except EmbeddingError as exc:
+            return f"Vector search is off: {exc}"
         if (indexed.model_id, indexed.variant) != (model_id, variant):
             return mismatch_message(directory.name, indexed, f"{model_id} ({variant})")
-        if self._embedder is not None and self._embedder.identity != indexed:
-            return mismatch_message(directory.name, indexed, self._embedder.identity)
+        loaded = self._embedders.get(self.config.embedding_for(directory))
+        if loaded is not None and loaded.identity != indexed:
+            return mismatch_message(directory.name, indexed, loaded.identity)
         return None
 
     # --- operations -----------------------------------------------------------------------
@@ -314,7 +332,8 @@ class KnowledgeBase:
             with self.backend.writer_lock(path, directory.name, wait=wait, on_wait=lambda: reporter.note(
                     f"Waiting for another process indexing {directory.name}...")):
                 with self.backend.open(path, name=directory.name) as store:
-                    return index_directory(directory, self.config, store, self.embedder, reporter, full, only, self._ocr())
+                    return index_directory(directory, self.config, store, lambda: self.embedder(directory), reporter,
+                                           full, only, self._ocr())
 
     def _ocr(self) -> ocr_engine.Ocr | None:
         """OCR as this machine can do it, recognised pages kept under HERMES_HOME."""
@@ -363,10 +382,12 @@ class KnowledgeBase:
         for _ in range(len(targets) + 1):  # each retry has fenced off one more bad index
             with contextlib.ExitStack() as stack:
                 sources = []
+                models: dict[embeddings.EmbeddingConfig, QueryModel] = {}  # one per model, however many indexes share it
                 for target in targets:
+                    model = models.setdefault(self.config.embedding_for(target), self.query_model(query, target))
                     try:
                         with self.backend.guarded(self.index_path(target), target.name):
-                            source = self._source(target, stack, directory)
+                            source = self._source(target, stack, directory, model)
                     except StoreError as exc:
                         if directory is not None:
                             raise
@@ -399,16 +420,16 @@ class KnowledgeBase:
     def _search_or_keywords(self, sources: list[SearchSource], query: str, options: SearchOptions) -> SearchResult:
         """Hybrid search that loses its model (damaged, unreachable) answers with keywords and says why."""
         try:
-            return search(sources, query, lambda: self.embedder().embed_query(query), options,
-                          lambda: self.query_coverage(query))
+            return search(sources, query, options)
         except EmbeddingError as exc:
             if options.mode != "hybrid":
                 raise
-            result = search(sources, query, lambda: self.embedder().embed_query(query), replace(options, mode="keyword"))
+            result = search(sources, query, replace(options, mode="keyword"))
             result.warnings.append(f"Keyword results only: {exc}")
             return result
 
-    def _source(self, target: DirectoryConfig, stack: contextlib.ExitStack, directory: str | None) -> SearchSource | None:
+    def _source(self, target: DirectoryConfig, stack: contextlib.ExitStack, directory: str | None,
+                model: QueryModel) -> SearchSource | None:
         path = self.index_path(target)
         store = self._reader(path)
         if store is None:
@@ -420,7 +441,7 @@ class KnowledgeBase:
             self._catch_up_keywords(path, store)
         stack.enter_context(store.snapshot())
         return SearchSource(target.name, str(target.path), store, refusal, self._copy("vector_cache", path, store),
-                            self._copy("keyword_cache", path, store), lambda: self._file_table(path, store))
+                            self._copy("keyword_cache", path, store), lambda: self._file_table(path, store), model)
 
     def _file_table(self, index_path: Path, store: IndexStore) -> FileTable:
         """The index's files as filters judge them, read again only when the index changed."""
@@ -634,8 +655,8 @@ class KnowledgeBase:
                 row["vector_search"] = (
                     f"{identity.model_id} represents little of this index's text (coverage {float(coverage):.2f}: "
                     f"mostly a script or language it never learned), so hybrid search leans on keywords. For "
-                    f"multilingual vectors, set embedding_model to a multilingual model (e.g. backend: ollama, "
-                    f"model: bge-m3), then `hermes kb index {directory.name} --full`.")
+                    f"multilingual vectors, set `embedding_model: multilingual` in this directory's entry of "
+                    f"config.yaml (or for every directory), then `hermes kb index {directory.name} --full`.")
             for kind, (module, _) in DERIVED_COPIES.items():
                 row[kind] = module.state(module.cache_path(path), store.generation())  # current, stale or corrupt
             if row["keyword_cache"] == "stale" and keyword_cache.over_limit(store):

@@ -33,6 +33,7 @@ SCHEMA_VERSION = 2  # 2: chunks_fts and chunk_terms hold analysis.py's terms (an
 FTS_TABLE = ("CREATE VIRTUAL TABLE chunks_fts USING fts5(text, heading, content='', contentless_delete=1, "
              "tokenize='ascii')")
 VEC_MAX_K = 4096  # sqlite-vec refuses larger k
+MAX_COSINE_BASELINE = 0.9  # a recorded baseline above this is damage, not a model: vector scores keep a range
 WINDOW_BITS = vector_cache.WINDOW_BITS
 WINDOW_SLOTS = 1 << WINDOW_BITS
 VECTOR_IDS = f"chunk<<{WINDOW_BITS}|window"  # recorded in meta: how chunk_vec rowids name a chunk's windows
@@ -296,8 +297,16 @@ class StoreCommon:
 
     def code_share(self) -> float:
         """The share of this index's chunks that are program source (meta `code_share`, set by index runs)."""
+        return self._fraction("code_share")
+
+    def cosine_baseline(self) -> float:
+        """The cosine this index's model gives two unrelated texts (meta `cosine_baseline`, set by index
+        runs: embeddings.cosine_baseline; 0 before one has measured it): what vector scores start from."""
+        return min(self._fraction("cosine_baseline"), MAX_COSINE_BASELINE)
+
+    def _fraction(self, key: str) -> float:
         try:
-            return min(1.0, max(0.0, float(self.meta("code_share") or 0.0)))
+            return min(1.0, max(0.0, float(self.meta(key) or 0.0)))
         except ValueError:
             return 0.0
 
