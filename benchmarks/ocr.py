@@ -1,8 +1,10 @@
 """OCR on real printed pages: the character error rate against the pages' own text layers, pages/s
 and peak RSS, at 150 and 300 dpi; then a search check and the cache's effect on a `--full` run.
 
-Pages are the text-rich pages of the PDFs under /usr/share/doc (Debian's own manuals), rendered to
-pictures at each dpi and read back by the engine the index uses (ocr.py: pymupdf's Tesseract). The
+Pages are the text-rich pages of the PDFs under /usr/share/doc (Debian's own manuals), their text
+layers read by the index's block reader (tables as `| a | b |` rows) as the truth, rendered to
+pictures at each dpi and read back as the index reads them (ocr.py: pymupdf's Tesseract in worker
+processes, one and then ocr.WORKERS at once). The
 search check builds two folders, the PDFs as they are and the same PDFs made of page pictures
 (300 dpi scans), indexes both with the default model, and asks each a phrase from 40 chunks of the
 text-layer index: a question it answers (the page in the top 5) should still be answered from scans.
@@ -15,6 +17,7 @@ from __future__ import annotations
 import argparse
 import glob
 import random
+import resource
 import statistics
 import sys
 import tempfile
@@ -29,6 +32,7 @@ import pymupdf  # noqa: E402
 
 from hermes_kb.agent.knowledgebase import ocr  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
+from hermes_kb.agent.knowledgebase.loaders import _page_blocks  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from hermes_kb.agent.knowledgebase.store import IndexStore  # noqa: E402
 from benchmarks._report import peak_rss_mb, report  # noqa: E402
@@ -65,10 +69,21 @@ def pages(per_pdf: int) -> list[tuple[str, int]]:
     return chosen
 
 
-def recognise(engine: ocr.Ocr, picture: bytes) -> str:
-    with pymupdf.open(stream=picture) as image:
-        page = image[0]
-        return page.get_text(textpage=engine.textpage(page))
+def recognise_all(engine: ocr.Ocr, pictures: list[bytes], workers: int) -> list[str]:
+    """The pictures read as the index reads scanned pages: Ocr.read, `workers` processes at once."""
+    ocr.WORKERS = workers
+    images = [pymupdf.open(stream=picture) for picture in pictures]
+    try:
+        return ["\n".join(line for _, _, lines in read for line in lines)
+                for read in engine.read((image[0] for image in images), _page_blocks)]
+    finally:
+        for image in images:
+            image.close()
+
+
+def children_peak_rss_mb() -> float:
+    """The largest OCR worker's peak RSS (the workers are separate processes)."""
+    return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
 def scan_of(path: str, dpi: int) -> bytes:
@@ -84,7 +99,7 @@ def scan_of(path: str, dpi: int) -> bytes:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pages", type=int, default=8, help="text-rich pages per PDF")
-    parser.add_argument("--questions", type=int, default=40)
+    parser.add_argument("--questions", type=int, default=40, help="0: the error rates only, no search check")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
     engine = ocr.engine(None)
@@ -93,21 +108,25 @@ def main() -> None:
     sample = pages(args.pages)
     rows = []
     for dpi in (150, 300):
-        errors, seconds = [], 0.0
+        truths, pictures = [], []
         for path, number in sample:
             with pymupdf.open(path) as pdf:
-                truth = normal(pdf[number].get_text())
-                picture = pdf[number].get_pixmap(dpi=dpi).tobytes("png")
+                truths.append(normal("\n".join(line for block in _page_blocks(pdf[number]) for line in block.lines)))
+                pictures.append(pdf[number].get_pixmap(dpi=dpi).tobytes("png"))
+        for workers in sorted({1, ocr.WORKERS}):
             started = time.perf_counter()
-            read = normal(recognise(engine, picture))
-            seconds += time.perf_counter() - started
-            errors.append(edit_distance(truth, read) / len(truth))
-        rows.append([f"{dpi} dpi", len(sample), f"{100 * statistics.mean(errors):.2f}%",
-                     f"{100 * statistics.median(errors):.2f}%", f"{100 * max(errors):.2f}%",
-                     f"{len(sample) / seconds:.2f}", f"{peak_rss_mb():.0f} MB"])
+            read = recognise_all(engine, pictures, workers)
+            seconds = time.perf_counter() - started
+            errors = [edit_distance(truth, normal(text)) / len(truth) for truth, text in zip(truths, read)]
+            rows.append([f"{dpi} dpi", workers, len(sample), f"{100 * statistics.mean(errors):.2f}%",
+                         f"{100 * statistics.median(errors):.2f}%", f"{100 * max(errors):.2f}%",
+                         f"{len(sample) / seconds:.2f}", f"{peak_rss_mb():.0f} MB", f"{children_peak_rss_mb():.0f} MB"])
     report(f"OCR of printed pages ({len(PDFS)} PDFs under /usr/share/doc, language {engine.language}, "
-           f"data {engine.tessdata})", ["rendered at", "pages", "CER mean", "CER median", "CER worst", "pages/s",
-                                        "peak RSS (process)"], rows, write=not args.no_write)
+           f"data {engine.tessdata}; read at {ocr.DPI} dpi by the index's workers)",
+           ["picture at", "workers", "pages", "CER mean", "CER median", "CER worst", "pages/s",
+            "peak RSS (indexer)", "peak RSS (a worker)"], rows, write=not args.no_write)
+    if not args.questions:
+        return
     with tempfile.TemporaryDirectory() as scratch:
         root = Path(scratch)
         (root / "text").mkdir()

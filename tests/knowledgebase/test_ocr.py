@@ -73,8 +73,8 @@ def test_pictures_come_last_and_are_announced(tree, make_kb):
 
 def test_a_page_is_recognised_once_whatever_the_file_is_called(tree, make_kb, monkeypatch):
     calls = []
-    real = ocr.Ocr.textpage
-    monkeypatch.setattr(ocr.Ocr, "textpage", lambda self, page: calls.append(1) or real(self, page))
+    real = ocr._rendering  # what a page sent to an OCR worker is made of
+    monkeypatch.setattr(ocr, "_rendering", lambda page: calls.append(1) or real(page))
     root = tree({"a.pdf": scanned_pdf(INVOICE)})
     kb = make_kb(root)
     kb.index()
@@ -128,3 +128,41 @@ def test_a_scanned_page_declaring_a_huge_picture_is_not_decoded(tmp_path):
         pdf.xref_set_key(image[0], key, "20000")  # 400 million pixels declared, a few KB of data
     with pytest.raises(LoadError, match="decompression bomb"):
         LOADERS["pdf"](pdf.tobytes(), "pdf", ocr.engine(tmp_path))
+
+
+def scanned_book(pages: list[list[str]]) -> bytes:
+    pdf = pymupdf.open()
+    for lines in pages:
+        page = pdf.new_page(width=420, height=160)
+        page.insert_image(page.rect, stream=picture(lines).tobytes("png"))
+    return pdf.tobytes()
+
+
+def test_a_scanned_book_is_read_page_by_page_in_order_by_the_workers():
+    from hermes_kb.agent.knowledgebase.loaders import load
+
+    words = ["Rotterdam", "Hamburg", "Antwerp", "Marseille", "Lisbon", "Genoa"]
+    document = load(scanned_book([[f"Chapter {n}: the port of {word}"] for n, word in enumerate(words, 1)]), "pdf",
+                    ocr.engine(None))
+    assert document.metadata.recognised == (1, 2, 3, 4, 5, 6)
+    starts = document.page_starts  # where each page begins
+    for n, word in enumerate(words):  # each page's text where that page begins, whichever worker read it
+        assert word in document.text[starts[n]:starts[n + 1] if n + 1 < len(starts) else None]
+
+
+@pytest.mark.parametrize("setting, value, reason", [
+    ("PAGE_SECONDS_CAP", 0.05, "OCR gave up on it after 0.05 s"),
+    ("WORKER_MEMORY_BYTES", 60_000_000, "OCR needed more than 60 MB for it"),
+])
+def test_a_page_ocr_cannot_finish_costs_that_file_one_line_and_nothing_else(tree, make_kb, monkeypatch,
+                                                                             setting, value, reason):
+    root = tree({"page.png": png(INVOICE), "scan.pdf": scanned_pdf(INVOICE), "notes.md": "# Notes\n\nRotterdam office.\n"})
+    kb = make_kb(root)
+    monkeypatch.setattr(ocr, setting, value)
+    [summary] = kb.index()
+    assert sorted(path for path, _ in summary.skipped) == ["page.png", "scan.pdf"]
+    assert all(reason in why for _, why in summary.skipped), summary.skipped
+    assert [h.path for h in kb.search("Rotterdam", k=5, mode="keyword").hits] == ["notes.md"]
+    monkeypatch.undo()
+    kb.index(full=True)  # nothing was cached from the failures: read again, they are found
+    assert {h.path for h in kb.search("Rotterdam", k=5, mode="keyword").hits} == {"notes.md", "page.png", "scan.pdf"}

@@ -16,7 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, replace
 from html.parser import HTMLParser
 from io import BytesIO
-from typing import Callable
+from typing import Callable, Iterable, Iterator
 
 from . import ocr as ocr_engine
 from .filters import FileMetadata
@@ -457,17 +457,10 @@ def _block_rows(lines: list[dict]) -> tuple[str, ...]:
                  for row in rows)
 
 
-def _recognised_blocks(page, ocr) -> list[_Block] | None:
-    """The page's text as OCR reads it, from the cache when this page was seen before; None when its
-    pictures are too large to decode."""
-    if ocr_engine.oversized_image(page):
-        return None
-    key = ocr.key(page)
-    kept = ocr.recall(key)
-    if kept is None:
-        kept = [[b.top, b.bottom, list(b.lines)] for b in _page_blocks(page, ocr.textpage(page))]
-        ocr.remember(key, kept)
-    return [_Block(top, bottom, tuple(lines)) for top, bottom, lines in kept]
+def _recognised(pages: Iterable, ocr) -> Iterator[list[_Block] | str]:
+    """Each page's text as OCR reads it (ocr.Ocr.read: cached, in worker processes), or why not."""
+    for read in ocr.read(pages, _page_blocks):
+        yield read if isinstance(read, str) else [_Block(top, bottom, tuple(lines)) for top, bottom, lines in read]
 
 
 def _needs_ocr(page, blocks: list[_Block]) -> bool:
@@ -475,25 +468,26 @@ def _needs_ocr(page, blocks: list[_Block]) -> bool:
     return sum(len(line) for block in blocks for line in block.lines) < ocr_engine.MIN_TEXT_CHARS and bool(page.get_images())
 
 
-def _read_pages(pdf, ocr=None) -> tuple[list[_Page], list[int], int, int]:
-    """(the pages, the 1-based numbers of those OCR read, how many wait for OCR, how many were not
-    read because their pictures are too large)."""
-    pages, chars, recognised, waiting, oversized = [], 0, [], 0, 0
-    for number, page in enumerate(pdf, 1):
-        blocks = _page_blocks(page)
-        if _needs_ocr(page, blocks):
-            if ocr is None:
-                waiting += 1
-            elif (read := _recognised_blocks(page, ocr)) is None:
-                oversized += 1
+def _read_pages(pdf, ocr=None) -> tuple[list[_Page], list[int], int, dict[int, str]]:
+    """(the pages, the 1-based numbers of those OCR read, how many wait for OCR, why OCR could not
+    read the others: page number -> reason)."""
+    found = [_page_blocks(page) for page in pdf]
+    scans = [number for number, (page, blocks) in enumerate(zip(pdf, found)) if _needs_ocr(page, blocks)]
+    recognised, unread = [], {}
+    if ocr is not None and scans:
+        for number, read in zip(scans, _recognised((pdf[number] for number in scans), ocr)):
+            if isinstance(read, str):
+                unread[number + 1] = read
             else:
-                blocks = read
-                recognised.append(number)
+                found[number] = read
+                recognised.append(number + 1)
+    pages, chars = [], 0
+    for page, blocks in zip(pdf, found):
         chars += sum(len(line) + 1 for block in blocks for line in block.lines)
         if chars > MAX_PDF_TEXT_CHARS:
             raise LoadError(f"its text runs past {MAX_PDF_TEXT_CHARS} characters, the limit for one PDF")
         pages.append(_Page(page.rect.height, blocks))
-    return pages, recognised, waiting, oversized
+    return pages, recognised, len(scans) if ocr is None else 0, unread
 
 
 def _running_key(line: str, edge: str, top: float) -> tuple[str, str, int] | None:
@@ -669,7 +663,7 @@ def _pdf(data: bytes, kind: str, ocr=None) -> Document:
             if pdf.needs_pass:
                 raise LoadError("encrypted PDF")
             check_pdf_streams(pdf)
-            pages, recognised, waiting, oversized = _read_pages(pdf, ocr)
+            pages, recognised, waiting, unread = _read_pages(pdf, ocr)
             outline = _outline(pdf, pages)
     except LoadError:
         raise
@@ -679,7 +673,10 @@ def _pdf(data: bytes, kind: str, ocr=None) -> Document:
     if not text.strip():
         if waiting:
             raise LoadError(ocr_engine.missing_sentence(f"{waiting} scanned page{'s' * (waiting > 1)}"))
-        if oversized:
+        failed = [reason for reason in unread.values() if not reason.startswith(ocr_engine.NOT_READ)]
+        if failed:
+            raise LoadError(f"{len(unread)} scanned page{'s' * (len(unread) > 1)} not read: {failed[0]}")
+        if unread:
             raise LoadError(f"its pictures of text are over the {ocr_engine.MAX_IMAGE_PIXELS:,}-pixel limit "
                             f"(a decompression bomb?); not read")
         raise LoadError("PDF has no extractable text")
@@ -697,11 +694,10 @@ def _image(data: bytes, kind: str, ocr=None) -> Document:
         with pymupdf.open(stream=data) as picture:
             if picture.page_count < 1:
                 raise LoadError("unreadable image (no picture in it)")
-            page = picture[0]
-            too_large = ocr_engine.oversized_image(page)
-            if too_large:
-                raise LoadError(f"not read: {too_large}")
-            blocks = _recognised_blocks(page, ocr) or []
+            read = next(_recognised([picture[0]], ocr))
+            if isinstance(read, str):
+                raise LoadError(read)
+            blocks = read
     except LoadError:
         raise
     except Exception as exc:
