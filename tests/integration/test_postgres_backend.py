@@ -457,7 +457,7 @@ def test_filters_answer_as_on_sqlite_from_the_copies_and_from_the_server(tree, t
     answers = []
     for kb in (on_sqlite, on_postgres):
         kb.index()
-        answers.append([[h.path for h in kb.search("quarterly report", k=5, mode=mode, **f).hits]
+        answers.append([[h.path for h in kb.search("quarterly report", k=5, mode=mode, min_score=0, **f).hits]
                         for f in filters for mode in ("hybrid", "vector", "keyword")])
     assert answers[0] == answers[1] and all(answers[0])
     monkeypatch.setattr(pg_store, "EXACT_FILTERED_CHUNKS", exact_up_to)

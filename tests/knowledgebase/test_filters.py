@@ -111,14 +111,14 @@ def vault(tree, notes: int = 60, tagged: int = 5):
 @pytest.mark.parametrize("mode", ["hybrid", "keyword", "vector"])
 def test_a_narrow_filter_still_fills_k(tree, make_kb, mode):
     kb = make_kb(vault(tree))
-    kb.index()
-    assert not any(h.path >= "notes/n55" for h in kb.search("quarterly report", k=5, mode=mode).hits)
-    hits = kb.search("quarterly report", k=5, mode=mode, tags=["finance"]).hits
+    kb.index()  # min_score 0: the tagged notes are the weakest matches, and vector mode must still find them
+    assert not any(h.path >= "notes/n55" for h in kb.search("quarterly report", k=5, mode=mode, min_score=0).hits)
+    hits = kb.search("quarterly report", k=5, mode=mode, min_score=0, tags=["finance"]).hits
     assert sorted(h.path for h in hits) == [f"notes/n{n}.md" for n in range(55, 60)]
-    assert [h.path for h in kb.search("quarterly report", k=5, mode=mode, since="2026-11-01").hits] != []
-    dated = {h.path for h in kb.search("quarterly report", k=10, mode=mode, before="2026-11-01").hits}
+    assert [h.path for h in kb.search("quarterly report", k=5, mode=mode, min_score=0, since="2026-11-01").hits] != []
+    dated = {h.path for h in kb.search("quarterly report", k=10, mode=mode, min_score=0, before="2026-11-01").hits}
     assert dated and not dated & {f"notes/n{n}.md" for n in range(55, 60)}  # their front matter date counts
-    assert {h.path for h in kb.search("quarterly report", k=5, mode=mode, kind="python").hits} == {"code/report.py"}
+    assert {h.path for h in kb.search("quarterly report", k=5, mode=mode, min_score=0, kind="python").hits} == {"code/report.py"}
 
 
 def test_a_filter_nothing_matches_says_so(tree, make_kb):

@@ -166,3 +166,17 @@ def test_a_page_ocr_cannot_finish_costs_that_file_one_line_and_nothing_else(tree
     monkeypatch.undo()
     kb.index(full=True)  # nothing was cached from the failures: read again, they are found
     assert {h.path for h in kb.search("Rotterdam", k=5, mode="keyword").hits} == {"notes.md", "page.png", "scan.pdf"}
+
+
+def test_a_long_ocr_job_says_its_rate_and_what_is_left():
+    from hermes_kb.agent.knowledgebase.indexer import OcrReport
+
+    said, now = [], [0.0]
+    report = OcrReport(type("Notes", (), {"note": lambda self, text: said.append(text)})(), "scans/book.pdf",
+                       clock=lambda: now[0])
+    for done in range(1, 201):  # 200 pages at 2 s a page
+        now[0] = 2.0 * done
+        report(done, 200)
+    assert said[0] == "OCR of scans/book.pdf: 5 of 200 pages, 0.50 pages/s, about 6 min left"
+    assert said[-1] == "OCR of scans/book.pdf: 195 of 200 pages, 0.50 pages/s, about 10 s left"
+    assert len(said) == 39  # every 10 s, none for the last page (the run's summary says it)

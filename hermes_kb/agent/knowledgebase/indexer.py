@@ -45,6 +45,7 @@ KEYWORD_AHEAD_CHUNKS = 20_000  # chunks written ahead of their vectors (their te
 REPORTED_SKIPS = "reported_skips"  # meta key: skips already told to the user, not repeated while they stay the same
 CODE_SAMPLE = 400  # chunks read after a run that changed something, for the index's share of code (fusion)
 OCR_LAST = frozenset({"image"})
+OCR_NOTE_EVERY_S = 10.0  # how often a long OCR job says how far it has got
 SECRETS_VERSION = 1  # part of the chunking signature: a change re-chunks every file (vectors are reused)
 
 
@@ -115,6 +116,25 @@ class _Waiting:
     chunk_id: int
     content_hash: str
     embed_texts: list[str]
+
+
+class OcrReport:
+    """A file's OCR progress as notes, with its rate and what is left, every OCR_NOTE_EVERY_S (a
+    scanned book takes minutes; a picture or a short scan says nothing more than the run's notice)."""
+
+    def __init__(self, progress: Progress, path: str, clock: Callable[[], float] = time.monotonic):
+        self.progress, self.path, self.clock = progress, path, clock
+        self.started = self.last = clock()
+
+    def __call__(self, done: int, total: int) -> None:
+        now = self.clock()
+        if now - self.last < OCR_NOTE_EVERY_S or not 0 < done < total:
+            return
+        self.last = now
+        rate = done / max(now - self.started, 1e-9)
+        left = (total - done) / rate
+        said = f"{max(1, round(left / 60))} min" if left >= 90 else f"{max(1, round(left))} s"
+        self.progress.note(f"OCR of {self.path}: {done} of {total} pages, {rate:.2f} pages/s, about {said} left")
 
 
 class _Run:
@@ -198,7 +218,8 @@ class _Run:
             self.progress.advance(files=1, chunked_bytes=file.size)
             return
         try:
-            document = load(data, file.kind, self.ocr)
+            ocr = replace(self.ocr, on_page=OcrReport(self.progress, file.rel_path)) if self.ocr else None
+            document = load(data, file.kind, ocr)
             if not self.rules.allows_secrets(file.rel_path):
                 redacted = redact(document.text)
                 if redacted.found:

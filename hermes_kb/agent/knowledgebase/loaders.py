@@ -457,9 +457,9 @@ def _block_rows(lines: list[dict]) -> tuple[str, ...]:
                  for row in rows)
 
 
-def _recognised(pages: Iterable, ocr) -> Iterator[list[_Block] | str]:
+def _recognised(pages: Iterable, ocr, total: int) -> Iterator[list[_Block] | str]:
     """Each page's text as OCR reads it (ocr.Ocr.read: cached, in worker processes), or why not."""
-    for read in ocr.read(pages, _page_blocks):
+    for read in ocr.read(pages, _page_blocks, total):
         yield read if isinstance(read, str) else [_Block(top, bottom, tuple(lines)) for top, bottom, lines in read]
 
 
@@ -475,7 +475,7 @@ def _read_pages(pdf, ocr=None) -> tuple[list[_Page], list[int], int, dict[int, s
     scans = [number for number, (page, blocks) in enumerate(zip(pdf, found)) if _needs_ocr(page, blocks)]
     recognised, unread = [], {}
     if ocr is not None and scans:
-        for number, read in zip(scans, _recognised((pdf[number] for number in scans), ocr)):
+        for number, read in zip(scans, _recognised((pdf[number] for number in scans), ocr, len(scans))):
             if isinstance(read, str):
                 unread[number + 1] = read
             else:
@@ -694,7 +694,7 @@ def _image(data: bytes, kind: str, ocr=None) -> Document:
         with pymupdf.open(stream=data) as picture:
             if picture.page_count < 1:
                 raise LoadError("unreadable image (no picture in it)")
-            read = next(_recognised([picture[0]], ocr))
+            read = next(_recognised([picture[0]], ocr, 1))
             if isinstance(read, str):
                 raise LoadError(read)
             blocks = read

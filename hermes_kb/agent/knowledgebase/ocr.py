@@ -78,6 +78,7 @@ class Ocr:
     tessdata: Path
     language: str
     cache: Path | None = None  # where recognised pages are kept; None: not kept
+    on_page: Callable[[int, int], None] | None = None  # (pages done, pages to do) as each page is settled
 
     def key(self, page) -> str:
         """The page's cache key: its look, not its file, so a duplicate page anywhere is found."""
@@ -107,12 +108,19 @@ class Ocr:
         except OSError:
             pass
 
-    def read(self, pages: Iterable, blocks_of: Callable) -> Iterator[list | str]:
+    def read(self, pages: Iterable, blocks_of: Callable, total: int = 0) -> Iterator[list | str]:
         """Each page's recognised blocks ([top, bottom, lines] each, from the cache where it was seen
         before), in order, or the sentence saying why it was not read (pictures too large to decode,
         OCR failed or gave up). `blocks_of(page, textpage)`
         turns pymupdf's text page into blocks; it runs in the worker. At most 2 x WORKERS pages wait
-        rendered in memory, so a 2,000-page scan costs no more than a short one."""
+        rendered in memory, so a 2,000-page scan costs no more than a short one. `on_page` hears of
+        each page of the `total` as it is settled."""
+        for done, read in enumerate(self._read(pages, blocks_of), 1):
+            if self.on_page is not None:
+                self.on_page(done, total)
+            yield read
+
+    def _read(self, pages: Iterable, blocks_of: Callable) -> Iterator[list | str]:
         pending: deque = deque()
         pool = None
         try:
