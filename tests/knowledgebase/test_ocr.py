@@ -180,3 +180,20 @@ def test_a_long_ocr_job_says_its_rate_and_what_is_left():
     assert said[0] == "OCR of scans/book.pdf: 5 of 200 pages, 0.50 pages/s, about 6 min left"
     assert said[-1] == "OCR of scans/book.pdf: 195 of 200 pages, 0.50 pages/s, about 10 s left"
     assert len(said) == 39  # every 10 s, none for the last page (the run's summary says it)
+
+
+def test_english_from_the_extra_does_not_hide_chinese_installed_beside_it(tmp_path, monkeypatch):
+    extra, debian = tmp_path / "venv" / "share" / "tessdata", tmp_path / "debian" / "5" / "tessdata"
+    for folder, languages in ((extra, ["eng"]), (debian, ["eng", "chi_sim", "osd"])):
+        folder.mkdir(parents=True)
+        for language in languages:
+            (folder / f"{language}.traineddata").write_bytes(b"x")
+    monkeypatch.delenv("TESSDATA_PREFIX", raising=False)
+    monkeypatch.setattr(ocr.sys, "prefix", str(tmp_path / "venv"))
+    monkeypatch.setattr(ocr, "_DEBIAN", str(tmp_path / "debian" / "*" / "tessdata"))
+    monkeypatch.setattr(ocr, "_OTHER_PLACES", ())
+    assert ocr.tessdata_dir() == debian and ocr.languages_in(debian) == "eng+chi_sim"
+    (debian / "chi_sim.traineddata").unlink()
+    assert ocr.tessdata_dir() == extra  # the same languages: this environment's own comes first
+    monkeypatch.setenv("TESSDATA_PREFIX", str(debian))
+    assert ocr.tessdata_dir() == debian  # named by the user: always

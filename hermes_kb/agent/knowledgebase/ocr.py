@@ -47,6 +47,7 @@ NOT_READ = "not read:"  # the start of why a page's pictures were not decoded at
 HOW_TO_ENABLE = ("install the `ocr` extra (pip install 'hermes-knowledgebase[ocr]') or Tesseract's "
                  "language data (apt install tesseract-ocr-eng)")
 _DEBIAN = "/usr/share/tesseract-ocr/*/tessdata"
+LANGUAGES = ("eng", "chi_sim")  # read where their data is there (each more language slows every page)
 _OTHER_PLACES = ("/usr/share/tessdata", "/usr/local/share/tessdata", "/opt/homebrew/share/tessdata")
 
 
@@ -55,21 +56,25 @@ def missing_sentence(what: str) -> str:
 
 
 def tessdata_dir() -> Path | None:
-    """The first folder holding trained data: TESSDATA_PREFIX, this environment's (the `ocr`
-    extra installs there), Debian's, then the usual others."""
-    places = [os.environ.get("TESSDATA_PREFIX", ""), os.path.join(sys.prefix, "share", "tessdata"),
-              *sorted(glob.glob(_DEBIAN), reverse=True), *_OTHER_PLACES]
-    for place in filter(None, places):
-        if glob.glob(os.path.join(place, "*.traineddata")):
-            return Path(place)
-    return None
+    """TESSDATA_PREFIX when it holds trained data; else, of this environment's folder (the `ocr` extra
+    installs there), Debian's and the usual others, the one with most of the languages OCR reads
+    (LANGUAGES), the first of those: English from the extra must not hide Debian's Chinese."""
+    chosen = os.environ.get("TESSDATA_PREFIX", "")
+    if chosen and glob.glob(os.path.join(chosen, "*.traineddata")):
+        return Path(chosen)
+    places = [os.path.join(sys.prefix, "share", "tessdata"), *sorted(glob.glob(_DEBIAN), reverse=True), *_OTHER_PLACES]
+    held = {place: {Path(p).stem for p in glob.glob(os.path.join(place, "*.traineddata"))} for place in places}
+    present = [place for place in places if held[place]]
+    if not present:
+        return None
+    return Path(max(present, key=lambda place: len(held[place] & set(LANGUAGES))))
 
 
 def languages_in(folder: Path) -> str:
     """English and Simplified Chinese where their data is there (each more language slows every page),
     else whatever the folder holds: Tesseract's `eng+chi_sim` form."""
     present = sorted(p.stem for p in folder.glob("*.traineddata") if p.stem != "osd")
-    chosen = [language for language in ("eng", "chi_sim") if language in present] or present[:2]
+    chosen = [language for language in LANGUAGES if language in present] or present[:2]
     return "+".join(chosen)
 
 
@@ -111,10 +116,9 @@ class Ocr:
     def read(self, pages: Iterable, blocks_of: Callable, total: int = 0) -> Iterator[list | str]:
         """Each page's recognised blocks ([top, bottom, lines] each, from the cache where it was seen
         before), in order, or the sentence saying why it was not read (pictures too large to decode,
-        OCR failed or gave up). `blocks_of(page, textpage)`
-        turns pymupdf's text page into blocks; it runs in the worker. At most 2 x WORKERS pages wait
-        rendered in memory, so a 2,000-page scan costs no more than a short one. `on_page` hears of
-        each page of the `total` as it is settled."""
+        OCR failed or gave up). `blocks_of(page, textpage)` turns pymupdf's text page into blocks; it
+        runs in the worker. At most 2 x WORKERS pages wait rendered in memory, so a 2,000-page scan
+        costs no more than a short one. `on_page` hears of each page of the `total` as it is settled."""
         for done, read in enumerate(self._read(pages, blocks_of), 1):
             if self.on_page is not None:
                 self.on_page(done, total)

@@ -51,6 +51,11 @@ class SearchError(ValueError):
     """A search that cannot run as asked; the message says why."""
 
 
+# The cosine baseline of all-MiniLM-L6-v2, the default model (embeddings.cosine_baseline; a test checks it):
+# the scale every model's vector scores are put on.
+REFERENCE_BASELINE = 0.0393
+
+
 class QueryModel:
     """The query as one embedding model reads it: its vector, and the share of it the model represents
     (fusion's trust in that vector), each computed at most once however many indexes share the model."""
@@ -306,12 +311,14 @@ class _Candidate:
 
     @property
     def similarity(self) -> float | None:
-        """Its cosine measured from what its index's model gives unrelated text (embeddings.cosine_baseline),
-        so 0 means "no closer than unrelated text" for every model: 0 to 1."""
+        """Its cosine on the default model's scale: the span from its index model's cosine baseline
+        (what that model gives unrelated text, embeddings.cosine_baseline) to 1 mapped onto the span
+        from REFERENCE_BASELINE to 1. The default model's scores stay as they were (min_score and the
+        injection gate were calibrated on them); every other model's mean the same. 0 to 1."""
         if self.cosine is None:
             return None
-        baseline = self.source.cosine_baseline
-        return max(0.0, (self.cosine - baseline) / (1.0 - baseline))
+        baseline = self.source.cosine_baseline or REFERENCE_BASELINE  # 0: not measured (an older index)
+        return max(0.0, REFERENCE_BASELINE + (self.cosine - baseline) * (1.0 - REFERENCE_BASELINE) / (1.0 - baseline))
 
 
 def _gather(sources: Sequence[SearchSource], query: str, options: SearchOptions, result: SearchResult,
