@@ -201,3 +201,21 @@ def test_a_table_laid_out_in_columns_reads_as_rows():
     text = load(pdf.tobytes(), "pdf").text
     assert "| 4 | CARD32 | ALIAS_LIST_OFFSET |" in text and "| 2 | CARD16 | MAJOR_VERSION |" in text
     assert "A paragraph of prose follows the table,\nwritten on two lines." in text  # prose keeps its lines
+
+
+def test_pieces_of_one_line_are_one_line_not_table_cells():
+    """OCR (and some PDF writers) give a line in pieces a little apart: joined as text, without a
+    space between characters of a script written without spaces; only real column gaps make cells."""
+    pdf = pymupdf.open()
+    page = pdf.new_page()
+    for n, (left, right) in enumerate((("Invoice 4471", "is due in May"), ("Pumps were", "shipped to Rotterdam"))):
+        y = 60 + 14 * n
+        page.insert_text((72, y), left, fontsize=10)
+        page.insert_text((72 + pymupdf.get_text_length(left, fontsize=10) + 4, y), right, fontsize=10)
+    for n, (left, right) in enumerate((("黑豹队的防守", "只丢了三百分"), ("在联赛中排名", "第六名"))):
+        y = 120 + 16 * n
+        page.insert_text((72, y), left, fontsize=11, fontname="china-s")
+        page.insert_text((72 + 11 * len(left) + 16, y), right, fontsize=11, fontname="china-s")  # 1.3 line heights
+    text = load(pdf.tobytes(), "pdf").text
+    assert "Invoice 4471 is due in May\nPumps were shipped to Rotterdam" in text
+    assert "黑豹队的防守只丢了三百分\n在联赛中排名第六名" in text and "|" not in text

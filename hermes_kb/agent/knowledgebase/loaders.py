@@ -18,6 +18,9 @@ from html.parser import HTMLParser
 from io import BytesIO
 from typing import Callable, Iterable, Iterator
 
+import regex
+
+from . import analysis
 from . import ocr as ocr_engine
 from .filters import FileMetadata
 
@@ -415,6 +418,28 @@ _ROMAN = re.compile(r"[ivxlcdm]+")
 
 ROW_SLACK = 2.0  # points by which the middles of a table row's cells may differ
 MIN_TABLE_ROWS = 2  # side-by-side lines read as table rows only when a block has this many rows of them
+# Side-by-side lines closer than this many line heights are one run of text, not two cells (twice as
+# far between characters of a script written without spaces): OCR of Chinese gives a line per few
+# characters, and `|` between them made 15% of its text wrong. Every table row of the PDFs under
+# /usr/share/doc stays a row.
+COLUMN_GAP = 1.0
+_NO_SPACE_EDGE = regex.compile(f"[{analysis.IDEOGRAPHIC}{analysis.CLUSTERED}\u3000-\u303f\uff00-\uffef]")
+
+
+def _column_gap(text: str, more: str) -> float:
+    return 2 * COLUMN_GAP if _no_space_joint(text, more) else COLUMN_GAP
+
+
+def _no_space_joint(text: str, more: str) -> bool:
+    return bool(_NO_SPACE_EDGE.match(text.rstrip()[-1:] or " ") or _NO_SPACE_EDGE.match(more.lstrip()[:1] or " "))
+
+
+def _continued(text: str, more: str) -> str:
+    """Two pieces of one line joined: without a space where either side is a script (or punctuation)
+    written without spaces."""
+    if not text.strip() or not more.strip():
+        return text + more
+    return text.rstrip() + ("" if _no_space_joint(text, more) else " ") + more.lstrip()
 
 
 def _page_blocks(page, textpage=None) -> list[_Block]:
@@ -439,11 +464,16 @@ def _block_rows(lines: list[dict]) -> tuple[str, ...]:
     pymupdf's own table finder (`find_tables`) was measured on the PDFs under /usr/share/doc: 0.4 s a
     page, and it read tables of contents as tables while missing tables drawn without ruling lines;
     a row is a geometric fact of the line boxes, which cost nothing more to read."""
-    placed = []
+    placed: list[tuple[float, float, float, str]] = []
     for line in lines:
         text = "".join(span["text"] for span in line["spans"]).rstrip()
         x0, y0, x1, y1 = line["bbox"]
-        placed.append((x0, x1, (y0 + y1) / 2, text))
+        middle = (y0 + y1) / 2
+        last = placed[-1] if placed else None
+        if last and abs(last[2] - middle) <= ROW_SLACK and -ROW_SLACK <= x0 - last[1] < _column_gap(last[3], text) * (y1 - y0):
+            placed[-1] = (last[0], x1, last[2], _continued(last[3], text))  # the same run of text, not a cell
+            continue
+        placed.append((x0, x1, middle, text))
     rows: list[list[tuple[float, float, float, str]]] = []
     for cell in placed:
         row = rows[-1] if rows else None
