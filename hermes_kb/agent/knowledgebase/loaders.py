@@ -501,23 +501,33 @@ def _needs_ocr(page, blocks: list[_Block]) -> bool:
 def _read_pages(pdf, ocr=None) -> tuple[list[_Page], list[int], int, dict[int, str]]:
     """(the pages, the 1-based numbers of those OCR read, how many wait for OCR, why OCR could not
     read the others: page number -> reason)."""
-    found = [_page_blocks(page) for page in pdf]
-    scans = [number for number, (page, blocks) in enumerate(zip(pdf, found)) if _needs_ocr(page, blocks)]
+    found: list[list[_Block]] = []
+    scans: list[int] = []  # 0-based numbers of the pages OCR reads, after the text layers
+    chars = 0
+    for number, page in enumerate(pdf):
+        found.append(_page_blocks(page))
+        if _needs_ocr(page, found[-1]):
+            scans.append(number)
+        chars = _within_text_limit(chars, found[-1])  # counted as pages are read: a text bomb stops at the limit
     recognised, unread = [], {}
     if ocr is not None and scans:
         for number, read in zip(scans, _recognised((pdf[number] for number in scans), ocr, len(scans))):
             if isinstance(read, str):
                 unread[number + 1] = read
             else:
+                chars = _within_text_limit(chars, read)  # the scan's few characters are replaced by its text
                 found[number] = read
                 recognised.append(number + 1)
-    pages, chars = [], 0
-    for page, blocks in zip(pdf, found):
-        chars += sum(len(line) + 1 for block in blocks for line in block.lines)
-        if chars > MAX_PDF_TEXT_CHARS:
-            raise LoadError(f"its text runs past {MAX_PDF_TEXT_CHARS} characters, the limit for one PDF")
-        pages.append(_Page(page.rect.height, blocks))
+    pages = [_Page(page.rect.height, blocks) for page, blocks in zip(pdf, found)]
     return pages, recognised, len(scans) if ocr is None else 0, unread
+
+
+def _within_text_limit(chars: int, blocks: list[_Block]) -> int:
+    """chars plus the blocks' characters, or LoadError past MAX_PDF_TEXT_CHARS."""
+    chars += sum(len(line) + 1 for block in blocks for line in block.lines)
+    if chars > MAX_PDF_TEXT_CHARS:
+        raise LoadError(f"its text runs past {MAX_PDF_TEXT_CHARS} characters, the limit for one PDF")
+    return chars
 
 
 def _running_key(line: str, edge: str, top: float) -> tuple[str, str, int] | None:
