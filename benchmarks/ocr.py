@@ -23,6 +23,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -87,11 +88,10 @@ def pages(per_pdf: int) -> list[tuple[str, int]]:
 
 def recognise_all(engine: ocr.Ocr, pictures: list[bytes], workers: int) -> list[str]:
     """The pictures read as the index reads scanned pages: Ocr.read, `workers` processes at once."""
-    ocr.WORKERS = workers
     images = [pymupdf.open(stream=picture) for picture in pictures]
     try:
         return ["\n".join(line for _, _, lines in read for line in lines)
-                for read in engine.read((image[0] for image in images), _page_blocks)]
+                for read in replace(engine, workers=workers).read((image[0] for image in images), _page_blocks)]
     finally:
         for image in images:
             image.close()

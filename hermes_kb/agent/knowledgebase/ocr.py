@@ -37,7 +37,7 @@ MAX_IMAGE_PIXELS = 100_000_000  # a picture declaring more is refused unread: a 
 SECONDS_PER_PAGE = 4  # a text-rich page at DPI on one core of a 2024 server (docs/benchmarks.md, "OCR"): for the notice
 MIN_TEXT_CHARS = 20  # a PDF page with less text than this and a picture on it is recognised
 KEY_DPI = 24  # the rendering a page's cache key is hashed from
-WORKERS = 2  # OCR processes at most (one per core, fewer on fewer cores)
+WORKERS = 2  # OCR processes at most by default (one per core, fewer on fewer cores)
 PAGE_SECONDS_CAP = 120  # a page still unread after this is given up (a normal page takes 2-5 s)
 WORKER_MEMORY_BYTES = 2_000_000_000  # address space an OCR worker may reach (a 40M-pixel page needs ~0.5 GB)
 # The start of the skip reason a file gets while no OCR is available: `hermes kb status` counts
@@ -84,6 +84,7 @@ class Ocr:
     language: str
     cache: Path | None = None  # where recognised pages are kept; None: not kept
     on_page: Callable[[int, int], None] | None = None  # (pages done, pages to do) as each page is settled
+    workers: int = WORKERS  # OCR processes at most (fewer on fewer cores)
 
     def key(self, page) -> str:
         """The page's cache key: its look, not its file, so a duplicate page anywhere is found."""
@@ -117,7 +118,7 @@ class Ocr:
         """Each page's recognised blocks ([top, bottom, lines] each, from the cache where it was seen
         before), in order, or the sentence saying why it was not read (pictures too large to decode,
         OCR failed or gave up). `blocks_of(page, textpage)` turns pymupdf's text page into blocks; it
-        runs in the worker. At most 2 x WORKERS pages wait rendered in memory, so a 2,000-page scan
+        runs in the worker. At most 2 x workers pages wait rendered in memory, so a 2,000-page scan
         costs no more than a short one. `on_page` hears of each page of the `total` as it is settled."""
         for done, read in enumerate(self._read(pages, blocks_of), 1):
             if self.on_page is not None:
@@ -134,12 +135,12 @@ class Ocr:
                 kept = f"{NOT_READ} {too_large}" if too_large else self.recall(key)
                 if kept is None:
                     if pool is None:
-                        pool = _pool(min(WORKERS, os.cpu_count() or 1))
+                        pool = _pool(min(self.workers, os.cpu_count() or 1))
                     kept = pool.schedule(_recognise, (*_rendering(page), self.language, str(self.tessdata), blocks_of,
                                                          WORKER_MEMORY_BYTES),
                                          timeout=PAGE_SECONDS_CAP)
                 pending.append((key, kept))
-                while len(pending) > 2 * WORKERS or (pending and not isinstance(pending[0][1], concurrent.futures.Future)):
+                while len(pending) > 2 * self.workers or (pending and not isinstance(pending[0][1], concurrent.futures.Future)):
                     yield self._settled(*pending.popleft())
             while pending:
                 yield self._settled(*pending.popleft())
