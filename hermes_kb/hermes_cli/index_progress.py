@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, ProgressColumn, TextColumn
 from rich.text import Text
 
-from hermes_kb.agent.knowledgebase import indexer
+if TYPE_CHECKING:  # only named: a search need not load the indexer
+    from hermes_kb.agent.knowledgebase import indexer
 
 from .terminal import safe
 

@@ -10,7 +10,7 @@ import json
 import shlex
 import sys
 import time
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from rich import box
 from rich.console import Console
@@ -21,13 +21,15 @@ from rich.text import Text
 
 from hermes_kb.agent.knowledgebase.retriever import MODES
 from hermes_kb.agent.knowledgebase.snippets import Snippet
-from hermes_kb.agent.knowledgebase.indexer import Progress
 from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
 
 from .index_progress import progress_for
 from .kb_mcp import run_mcp
 from .terminal import head_cells, printable, safe, short_path
+
+if TYPE_CHECKING:
+    from hermes_kb.agent.knowledgebase.indexer import Progress
 
 VERBS = ("index", "search", "status", "clear", "doctor", "eval")
 CHAT_WATCH_HINT = "In the chat, set knowledgebase.watch_for_changes: true to keep indexes fresh while you talk."

@@ -89,3 +89,21 @@ def test_any_text_gives_highlights_inside_the_snippet(text, words, kind):
         assert 0 <= start < end <= len(snippet.text)
     for line, marks in snippet.lines():
         assert all(0 <= s < e <= len(line) for s, e in marks)
+
+
+def test_an_index_of_one_language_highlights_in_it_without_the_detector(monkeypatch):
+    """A cold search loaded the language detector (0.4 s) for each snippet of a text with a dash in it;
+    an index whose chunks were all stemmed in one language is highlighted in that language."""
+    def no_detector(text):
+        raise AssertionError("the detector ran")
+
+    monkeypatch.setattr(analysis, "chunk_language", no_detector)
+    text = "Die Datenbanken werden morgen migriert — und alle Tabellen werden danach neu erstellt."
+    assert marked(snippets.make(text, "text", ["Datenbank"], ("german",))) == ["Datenbanken"]
+    assert marked(snippets.make("The indexes — rebuilt.", "text", ["index"], (analysis.ENGLISH,))) == ["indexes"]
+
+
+def test_an_index_of_several_languages_still_asks_the_detector_per_chunk():
+    text = "Die Datenbanken werden morgen migriert — und alle Tabellen werden danach neu erstellt."
+    snippet = snippets.make(text, "text", ["Datenbank"], (analysis.ENGLISH, "german"))
+    assert marked(snippet) == ["Datenbanken"]

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import functools
 import unicodedata
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import regex
 
@@ -217,12 +217,17 @@ def looks_like_code(text: str) -> bool:
     return sum(1 for line in lines if _CODE_LINE.search(line)) >= 0.4 * len(lines)
 
 
-def term_spans(text: str, words: Iterable[str]) -> list[tuple[int, int, str]]:
+def term_spans(text: str, words: Iterable[str], languages: Sequence[str] = ()) -> list[tuple[int, int, str]]:
     """Where `text` holds the query `words`, as the keyword search sees them: (start, end, term) in
     `text`'s own offsets. The same tokenizer runs on each of `text`'s runs, in the text's language
     (as `index_tokens` would stem it), so a highlighted word is one the search matched: `indexes`
-    for "index", the bigram `迁移` inside `数据库迁移`, a Thai cluster whole."""
-    latin = ENGLISH if text.isascii() and _english_looking(text) else chunk_language(text)
+    for "index", the bigram `迁移` inside `数据库迁移`, a Thai cluster whole. `languages`: those its
+    index recorded (Store.latin_languages); when there is one, every chunk was stemmed in it and the
+    detector (0.4 s to load: most of a cold keyword search) is not needed."""
+    if len(languages) == 1:
+        latin = languages[0]
+    else:
+        latin = ENGLISH if text.isascii() and _english_looking(text) else chunk_language(text)
     wanted = {term for word in words for term in tokens(word, latin)}
     if not wanted:
         return []

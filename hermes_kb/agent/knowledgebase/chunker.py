@@ -22,11 +22,14 @@ import re
 import regex
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from .analysis import CLUSTERED, IDEOGRAPHIC
 from .code_units import KIND_GRAMMARS, code_segments
 from .config import ChunkingConfig
-from .loaders import Document
+
+if TYPE_CHECKING:  # a search reads chunks without loading the file readers
+    from .loaders import Document
 
 CHUNKER_VERSION = 9  # 5: PDFs cut at pages and outline sections; 6: code cut at tree-sitter syntax units (code_units.py);
 # 7: HTML main content only, cited by the source file's lines; 8: notebooks, e-mail, tables, org-mode, LaTeX;

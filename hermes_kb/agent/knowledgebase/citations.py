@@ -15,6 +15,16 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterable
 
+# Formats whose parts a person finds by number: a chunk stays inside one part and is cited by it
+# (`page 3`, `cell 4`, `message 12`), since lines of converted text mean nothing in the file.
+PART_UNITS = {"pdf": "page", "notebook": "cell", "mbox": "message", "pptx": "slide", "xlsx": "sheet", "ods": "sheet",
+              "epub": "chapter"}
+
+
+def part_label(kind: str, number: int) -> str:
+    return f"{PART_UNITS.get(kind, 'page')} {number}"
+
+
 PassageKey = tuple[str, str, int, int, int | None]  # directory, path, start line, end line, page
 # A passage is what a person opens: lines of a text file, or a page of a PDF (its extracted text's
 # line numbers mean nothing to a reader, so chunks of one page share the page's id).

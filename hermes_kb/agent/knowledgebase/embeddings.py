@@ -41,6 +41,17 @@ class ModelIdentity:
     dim: int
 
 
+class ModelMismatchError(RuntimeError):
+    """The index was built with another embedding model."""
+
+
+def mismatch_message(name: str, indexed: ModelIdentity, configured: ModelIdentity | str) -> str:
+    configured_text = configured if isinstance(configured, str) else f"{configured.model_id} ({configured.variant}, {configured.dim}d)"
+    return (f"Index '{name}' was built with {indexed.model_id} ({indexed.variant}, {indexed.dim}d) but the configured "
+            f"model is {configured_text}; vector search is off until you run `hermes kb index {name} --full` "
+            f"(keyword search still works).")
+
+
 class Embedder(Protocol):
     identity: ModelIdentity
     sends_text_off_machine: bool

@@ -29,7 +29,7 @@ from . import keyword_cache, vector_cache
 from .analysis import looks_like_code
 from .chunker import chunk_document, chunker_signature
 from .config import DirectoryConfig, KnowledgebaseConfig
-from .embeddings import Embedder, EmbeddingError, ModelIdentity, cosine_baseline
+from .embeddings import Embedder, EmbeddingError, ModelMismatchError, cosine_baseline, mismatch_message
 from .file_access import read_inside
 from . import ocr as ocr_engine
 from .loaders import LoadError, load
@@ -47,17 +47,6 @@ CODE_SAMPLE = 400  # chunks read after a run that changed something, for the ind
 OCR_LAST = frozenset({"image"})
 OCR_NOTE_EVERY_S = 10.0  # how often a long OCR job says how far it has got
 SECRETS_VERSION = 1  # part of the chunking signature: a change re-chunks every file (vectors are reused)
-
-
-class ModelMismatchError(RuntimeError):
-    """The index was built with another embedding model."""
-
-
-def mismatch_message(name: str, indexed: ModelIdentity, configured: ModelIdentity | str) -> str:
-    configured_text = configured if isinstance(configured, str) else f"{configured.model_id} ({configured.variant}, {configured.dim}d)"
-    return (f"Index '{name}' was built with {indexed.model_id} ({indexed.variant}, {indexed.dim}d) but the configured "
-            f"model is {configured_text}; vector search is off until you run `hermes kb index {name} --full` "
-            f"(keyword search still works).")
 
 
 class Progress(Protocol):

@@ -56,6 +56,13 @@ def _hash(term: str) -> int:
 Languages = Sequence[str]  # the Latin-script stemmers an index's chunks were stemmed in (analysis.languages_of)
 
 
+def _distinct(values: np.ndarray) -> np.ndarray:
+    """np.unique's result without np.unique: it imports numpy.ma (11 ms of a cold search) to ask
+    whether a plain array is masked."""
+    values = np.sort(values)
+    return values[np.concatenate(([True], values[1:] != values[:-1]))] if len(values) else values
+
+
 def _stems(text: str, languages: Languages) -> np.ndarray:
     """The distinct term hashes of `text` as a query (analysis.query_terms), sorted: how it is looked up."""
     return np.array(sorted({_hash(t) for t in analysis.query_terms(text, languages)}), dtype=np.uint64)
@@ -347,7 +354,7 @@ class KeywordCache:
         for size, spans in sorted(lists, key=lambda item: item[0]):
             if size > longest or (held is not None and len(held) <= limit):
                 break
-            rows = np.unique(np.concatenate([self.rows[begin:end] for begin, end in spans]))
+            rows = _distinct(np.concatenate([self.rows[begin:end] for begin, end in spans]))
             held = rows if held is None else np.intersect1d(held, rows, assume_unique=True)
         if held is None or len(held) > limit:
             return None

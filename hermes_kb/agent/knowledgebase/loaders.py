@@ -31,21 +31,11 @@ class LoadError(Exception):
     """The file cannot be turned into text; the message is the skip reason."""
 
 
-# Formats whose parts a person finds by number: a chunk stays inside one part and is cited by it
-# (`page 3`, `cell 4`, `message 12`), since lines of converted text mean nothing in the file.
-PART_UNITS = {"pdf": "page", "notebook": "cell", "mbox": "message", "pptx": "slide", "xlsx": "sheet", "ods": "sheet",
-              "epub": "chapter"}
-
-
-def part_label(kind: str, number: int) -> str:
-    return f"{PART_UNITS.get(kind, 'page')} {number}"
-
-
 @dataclass(frozen=True)
 class Document:
     text: str
     kind: str
-    page_starts: tuple[int, ...] = ()  # character offset where part i+1 begins (PART_UNITS: a page, a cell ...)
+    page_starts: tuple[int, ...] = ()  # character offset where part i+1 begins (citations.PART_UNITS: a page, a cell ...)
     # (offset where an outline entry's section begins, its path "2 Setup > 2.1 Needs"), ascending:
     # a PDF's table of contents, which its text alone no longer shows as headings (PDF only)
     headings: tuple[tuple[int, str], ...] = ()

@@ -22,7 +22,6 @@ import concurrent.futures
 import glob
 import hashlib
 import json
-import multiprocessing
 import os
 import sys
 from collections import deque
@@ -173,7 +172,9 @@ def _rendering(page) -> tuple[bytes, int]:
 
 
 def _pool(workers: int):
-    import pebble  # only a run with pages to recognise pays for it
+    import multiprocessing
+
+    import pebble  # only a run with pages to recognise pays for them
 
     # Spawned, not forked: the indexing process has other threads (a model runtime, a file watcher).
     return pebble.ProcessPool(max_workers=workers, context=multiprocessing.get_context("spawn"))

@@ -21,7 +21,7 @@ from . import analysis, snippets
 from .chunker import estimate_tokens
 from .filters import FileTable, SearchFilter
 from .keyword_cache import KeywordCache, idf
-from .loaders import part_label
+from .citations import part_label
 from .snippets import Snippet
 from .store import IndexStore
 from .vector_cache import VectorCache
@@ -143,12 +143,13 @@ class Hit:
     content_hash: str
     stale: bool = False  # the file changed on disk after it was indexed
     query_words: tuple[str, ...] = ()  # the query's words (stopwords left out), which the snippet marks
+    languages: tuple[str, ...] = ()  # the stemmers its index recorded, which the snippet stems in
 
     @functools.cached_property
     def snippet(self) -> Snippet:
         """The part of `text` that matched, the query's words marked: made when shown, not per search
         (the chat hook never shows one)."""
-        return snippets.make(self.text, self.kind, self.query_words)
+        return snippets.make(self.text, self.kind, self.query_words, self.languages)
 
     @property
     def part(self) -> str | None:
@@ -160,7 +161,7 @@ class Hit:
 
     def to_dict(self) -> dict:
         fields = asdict(self)
-        del fields["query_words"]
+        del fields["query_words"], fields["languages"]
         return {**fields, "part": self.part, "snippet": asdict(self.snippet)}
 
 
@@ -521,7 +522,7 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
                 vector_score=None if candidate.similarity is None else round(candidate.similarity, 4),
                 keyword_score=None if candidate.bm25 is None else round(candidate.bm25, 4),
                 found_by=candidate.found_by + ["ocr"] * row.recognised, chunk_id=candidate.chunk_id, content_hash=row.content_hash,
-                stale=freshness == "stale", query_words=shown_terms,
+                stale=freshness == "stale", query_words=shown_terms, languages=candidate.source.languages,
             ))
         if len(kept) >= options.k or (window and window[-1][0] < options.min_score):
             break

@@ -15,27 +15,22 @@ import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING, Callable, Sequence
 
-from . import embeddings, keyword_cache, readable, vector_cache
+from . import embeddings, keyword_cache, vector_cache
 from . import ocr as ocr_engine
 from .backends import backend_for
 from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, resolve_path, unique_name
-from .embeddings import EmbeddingError
+from .embeddings import EmbeddingError, ModelMismatchError, mismatch_message
 from .filters import FileTable, FilterError, SearchFilter, search_filter
-from .indexer import (
-    IndexSummary,
-    ModelMismatchError,
-    NullProgress,
-    Progress,
-    index_directory,
-    mismatch_message,
-)
 from .keyword_cache import KeywordCache, KeywordDelta
 from .retriever import QueryModel, SearchError, SearchOptions, SearchResult, SearchSource, search, well_formed
 from .scanner import FILE_KINDS, IgnoreRules, scan
 from .store import IndexBusy, IndexCorrupt, IndexStore, StoreError, index_files, writer_lock
 from .vector_cache import VectorCache
+
+if TYPE_CHECKING:  # the indexer and the readers load when a run or a read needs them: a search does not
+    from .indexer import IndexSummary, Progress
 
 log = logging.getLogger(__name__)
 
@@ -318,6 +313,8 @@ class KnowledgeBase:
                 if target is not None:
                     raise
                 # One bad directory is fenced off: the others are still indexed, and it says why.
+                from .indexer import IndexSummary
+
                 summaries.append(IndexSummary(directory.name, str(directory.path), error=str(exc)))
         return summaries
 
@@ -326,6 +323,8 @@ class KnowledgeBase:
         if not directory.path.is_dir():
             raise KnowledgebaseError(f"Directory {directory.path} ({directory.name}) does not exist; fix or remove "
                                      f"it in config.yaml.")
+        from .indexer import NullProgress, index_directory
+
         path = self.index_path(directory)
         reporter = progress() if progress else NullProgress()
         with self.backend.guarded(path, directory.name):
@@ -534,6 +533,8 @@ class KnowledgeBase:
             known = self.targets(None)
             head, _, rest = path.partition("/")
             candidates = [(d, path) for d in known] + [(d, rest) for d in known if rest and d.name == head]
+        from . import readable
+
         found: dict[tuple[str, str], ReadResult] = {}
         for where, inner in candidates:
             rel = self._inside(where, inner)

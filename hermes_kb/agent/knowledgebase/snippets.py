@@ -54,18 +54,19 @@ class Snippet:
         return out
 
 
-def make(text: str, kind: str, words: Sequence[str]) -> Snippet:
-    """The snippet of a hit's `text` for a query whose words (stopwords left out) are `words`."""
+def make(text: str, kind: str, words: Sequence[str], languages: Sequence[str] = ()) -> Snippet:
+    """The snippet of a hit's `text` for a query whose words (stopwords left out) are `words`;
+    `languages`: the stemmers its index recorded (analysis.term_spans)."""
     lines = textwrap.dedent(text.expandtabs(4)).strip("\n").splitlines()
     structured = kind not in PROSE_KINDS or sum(1 for line in lines if _STRUCTURED_LINE.match(line)) >= 2
-    return _lines_snippet(lines, words) if structured else _prose_snippet(text, words)
+    return _lines_snippet(lines, words, languages) if structured else _prose_snippet(text, words, languages)
 
 
-def _prose_snippet(text: str, words: Sequence[str]) -> Snippet:
+def _prose_snippet(text: str, words: Sequence[str], languages: Sequence[str]) -> Snippet:
     for pattern, replacement in _PROSE_MARKUP:
         text = pattern.sub(replacement, text)
     flat = " ".join(text.split())
-    spans = analysis.term_spans(flat, words)
+    spans = analysis.term_spans(flat, words, languages)
     start = _best_start(flat, spans, PROSE_CHARS)
     end = start + PROSE_CHARS
     if end < len(flat):
@@ -124,11 +125,11 @@ def _grapheme_floor(text: str, at: int) -> int:
     return position
 
 
-def _lines_snippet(lines: list[str], words: Sequence[str]) -> Snippet:
+def _lines_snippet(lines: list[str], words: Sequence[str], languages: Sequence[str]) -> Snippet:
     """Code and lists keep their lines: the LINES-line window with the most matched terms, each line
     cut to LINE_CHARS (around its first match, when that lies further right)."""
     kept = [line.rstrip() for line in lines if line.strip()]
-    per_line = [analysis.term_spans(line, words) for line in kept]
+    per_line = [analysis.term_spans(line, words, languages) for line in kept]
     first, best = 0, (-1, -1)
     for i in range(max(1, len(kept) - LINES + 1)):
         inside = [term for spans in per_line[i:i + LINES] for *_, term in spans]
