@@ -122,6 +122,31 @@ def test_openvino_embeds_from_two_threads_at_once(real_embedder):
         assert np.allclose(vectors, alone[i % 3], atol=1e-5)
 
 
+@pytest.mark.integration
+def test_openvino_keeps_its_compiled_model_and_survives_a_damaged_or_unwritable_cache(tmp_path):
+    """The compiled model is kept under HERMES_HOME (a cold hybrid search loads it instead of compiling);
+    a damaged blob or a cache that cannot be made still gives the same vectors."""
+    pytest.importorskip("openvino")
+    from hermes_kb.agent.knowledgebase.config import EmbeddingConfig
+
+    home = tmp_path / "home"
+    first = create_embedder(EmbeddingConfig(), home).embed_documents(RUNTIME_TEXTS)
+    cache = home / "knowledgebase" / "models" / "openvino-cache"
+    blobs = list(cache.iterdir())
+    assert blobs and sum(b.stat().st_size for b in blobs) > 1_000_000
+    assert np.allclose(create_embedder(EmbeddingConfig(), home).embed_documents(RUNTIME_TEXTS), first, atol=1e-6)
+    for blob in blobs:
+        blob.write_bytes(b"\0garbage" * 100)
+    assert np.allclose(create_embedder(EmbeddingConfig(), home).embed_documents(RUNTIME_TEXTS), first, atol=1e-6)
+    for blob in cache.iterdir():
+        blob.unlink()
+    cache.rmdir()
+    cache.write_text("not a folder")
+    embedder = create_embedder(EmbeddingConfig(), home)
+    assert embedder.runtime.startswith("openvino")
+    assert np.allclose(embedder.embed_documents(RUNTIME_TEXTS), first, atol=1e-6)
+
+
 def test_openvino_failure_falls_back_to_onnxruntime_or_says_why(hermes_home, monkeypatch, caplog):
     from hermes_kb.agent.knowledgebase import openvino_runtime
     from hermes_kb.agent.knowledgebase.config import EmbeddingConfig

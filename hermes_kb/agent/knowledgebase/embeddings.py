@@ -198,7 +198,7 @@ class LocalEmbedder:
             model_dir = pip_model_dir(hermes_home)
             variant = "onnx-int8" if model_dir else variant
         self.batch_size = config.batch_size
-        loaded = self._load_openvino(config, model_dir, variant)
+        loaded = self._load_openvino(config, model_dir, variant, hermes_home / "knowledgebase" / "models" / "openvino-cache")
         if loaded is None:
             loaded = self._load_onnxruntime(config, model_dir, variant, hermes_home)
         self.runtime, self._encode, dim = loaded
@@ -209,7 +209,7 @@ class LocalEmbedder:
         return self._coverage(text) if self._coverage is not None else 1.0
 
     @staticmethod
-    def _load_openvino(config: EmbeddingConfig, model_dir: Path | None, variant: str):
+    def _load_openvino(config: EmbeddingConfig, model_dir: Path | None, variant: str, cache_dir: Path):
         """(runtime name, encode, dim), or None when onnxruntime should run the model instead."""
         if config.runtime == "onnxruntime":
             return None
@@ -224,7 +224,7 @@ class LocalEmbedder:
                                      "`pip install openvino`, or set runtime to auto.")
             return None
         try:
-            model = openvino_runtime.OpenVinoMeanPooled(model_dir, MAX_TOKENS)
+            model = openvino_runtime.OpenVinoMeanPooled(model_dir, MAX_TOKENS, cache_dir)
         except Exception as exc:  # a damaged model or an unsupported CPU: onnxruntime still runs it
             if config.runtime == "openvino":
                 raise EmbeddingError(f"OpenVINO could not load the embedding model ({exc}).") from None
