@@ -46,9 +46,23 @@ def cpu_name() -> str:
     return platform.processor() or "unknown CPU"
 
 
+# The vector units the model's kernels pick by: without AVX512-BF16 or AMX OpenVINO runs fp32.
+SPEED_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_bf16", "amx_int8")
+
+
+def cpu_flags() -> str:
+    """Which of SPEED_FLAGS this CPU has, e.g. `avx2` or `avx2 avx512f avx512_vnni avx512_bf16 amx_bf16 amx_int8`."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as handle:
+            flags = next((line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), [])
+    except OSError:
+        flags = []
+    return " ".join(flag for flag in SPEED_FLAGS if flag in flags) or "none of " + "/".join(SPEED_FLAGS)
+
+
 def machine() -> str:
-    return (f"{cpu_name()}, {platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"{platform.system()}")
+    return (f"{cpu_name()} ({cpu_flags()}), {platform.machine()}, {os.cpu_count()} cores, "
+            f"Python {platform.python_version()}, {platform.system()}")
 
 
 def report(title: str, columns: list[str], rows: list[list[object]], command: str | None = None,

@@ -11,6 +11,12 @@ when every file the run indexes could be found by keyword search.
     python benchmarks/first_index.py                  # SciFact as 5,183 files, and this repository
     python benchmarks/first_index.py --corpus repo    # only this repository
     python benchmarks/first_index.py --baseline dc031bb --runtimes onnxruntime,auto
+    python benchmarks/first_index.py --corpus scifact600 --plain   # 600 abstracts, beside plain fastembed
+
+`--plain` adds the peers' path on the same files in the same run: a new process
+that imports fastembed, loads the same offline model (onnxruntime), reads every
+file, sorts the texts by length and embeds them in batches of 64 (fastembed
+truncates each at 256 word pieces); "vs plain" is its wall time over ours.
 
 `--runtimes` indexes each corpus once per embedding runtime (onnxruntime was
 the only one before OpenVINO); `--baseline REV` also runs that commit's code
@@ -53,6 +59,37 @@ def files_written(home: Path) -> int:
         return 0
 
 
+PLAIN_FASTEMBED = """
+import os, sys, time
+from pathlib import Path
+from fastembed import TextEmbedding
+from hermes_kb.agent.knowledgebase.embeddings import pip_model_dir
+model = TextEmbedding("sentence-transformers/all-MiniLM-L6-v2", specific_model_path=str(pip_model_dir(Path(sys.argv[2]))),
+                      threads=os.cpu_count())
+texts = sorted((p.read_text(encoding="utf-8") for p in Path(sys.argv[1]).iterdir()), key=len)
+vectors = list(model.embed(texts, batch_size=64))
+print(len(vectors))
+"""
+
+
+def plain_fastembed_in_child(folder: Path, home: Path) -> tuple[float, float]:
+    """(wall seconds, peak RSS in MB) of the peers' path over the same files (module docstring)."""
+    home.mkdir(parents=True)
+    env = {**os.environ, "HERMES_HOME": str(home), "PYTHONPATH": str(REPO)}
+    started = time.perf_counter()
+    child = subprocess.Popen([sys.executable, "-c", PLAIN_FASTEMBED, str(folder), str(home)], env=env, cwd=REPO,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    peak = 0.0
+    while child.poll() is None:
+        with contextlib.suppress(OSError):
+            peak = max(peak, peak_rss_mb(child.pid))
+        time.sleep(0.2)
+    seconds = time.perf_counter() - started
+    if child.returncode != 0:
+        raise SystemExit(f"plain fastembed failed: {child.stderr.read().decode()[-2000:]}")
+    return seconds, peak
+
+
 def index_in_child(folder: Path, home: Path, code: Path = REPO, runtime: str | None = None
                    ) -> tuple[dict, float, float, float | None, float | None]:
     """(summary, wall seconds, peak RSS in MB, seconds to the first / to every file written) of one
@@ -83,6 +120,14 @@ def index_in_child(folder: Path, home: Path, code: Path = REPO, runtime: str | N
     return summary, seconds, peak, first, every
 
 
+def runtime_used(runtime: str, scratch: Path) -> str:
+    """What `embedding_model.runtime: runtime` runs the default model on here, e.g. `openvino (f32)`."""
+    from hermes_kb.agent.knowledgebase.config import EmbeddingConfig
+    from hermes_kb.agent.knowledgebase.embeddings import LocalEmbedder
+
+    return LocalEmbedder(EmbeddingConfig(runtime=runtime), scratch / "probe-home").runtime
+
+
 @contextlib.contextmanager
 def checkout(revision: str, scratch: Path):
     """That commit's tree in a temporary git worktree."""
@@ -97,7 +142,8 @@ def checkout(revision: str, scratch: Path):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--corpus", choices=("all", "scifact", "repo"), default="all")
+    parser.add_argument("--corpus", choices=("all", "scifact", "scifact600", "repo"), default="all")
+    parser.add_argument("--plain", action="store_true", help="also time plain fastembed on each corpus's files")
     parser.add_argument("--runtimes", default="auto", help="comma-separated embedding_model.runtime values")
     parser.add_argument("--baseline", metavar="REV", help="also index with this commit's code, as the before row")
     parser.add_argument("--no-write", action="store_true")
@@ -111,22 +157,40 @@ def main() -> None:
             folder = Path(scratch) / "scifact"
             materialise(load_dataset(DEFAULT_DATASET, "test"), folder)
             corpora.append(("SciFact corpus", folder))
-        systems = [(f"{runtime} runtime", REPO, runtime) for runtime in args.runtimes.split(",")]
+        if args.corpus == "scifact600":
+            dataset = load_dataset(DEFAULT_DATASET, "test")
+            dataset.corpus = dict(list(dataset.corpus.items())[:600])
+            folder = Path(scratch) / "scifact600"
+            materialise(dataset, folder)
+            corpora.append(("600 SciFact abstracts", folder))
+        systems = [(f"{runtime} runtime: {runtime_used(runtime, Path(scratch))}", REPO, runtime)
+                   for runtime in args.runtimes.split(",")]
         if args.baseline:
             systems.insert(0, (f"before ({args.baseline})", stack.enter_context(checkout(args.baseline, Path(scratch))), None))
         for label, folder in corpora:
+            plain = None
+            if args.plain:
+                plain, peak = plain_fastembed_in_child(folder, Path(scratch) / f"home-plain-{len(figures)}")
+                figures.append({"corpus": label, "system": "plain fastembed (length-sorted, batch 64)",
+                                "files": len(list(folder.iterdir())), "chunks": None, "seconds": plain,
+                                "first_file_s": None, "all_files_s": None, "peak_rss_mb": peak, "vs_plain": 1.0})
             for system, code, runtime in systems:
                 home = Path(scratch) / f"home-{len(figures)}"
                 summary, seconds, peak, first, every = index_in_child(folder, home, code, runtime)
                 figures.append({"corpus": label, "system": system, "files": summary["added"],
                                 "chunks": summary["chunks_embedded"] + summary["chunks_reused"], "seconds": seconds,
-                                "first_file_s": first, "all_files_s": every, "peak_rss_mb": peak})
-    rows = [[f["corpus"], f["system"], f["files"], f["chunks"], f"{f['seconds']:.0f}", f"{f['files'] / f['seconds']:.1f}",
-             f"{f['chunks'] / f['seconds']:.1f}", "–" if f["first_file_s"] is None else f"{f['first_file_s']:.1f}",
-             "–" if f["all_files_s"] is None else f"{f['all_files_s']:.1f}", f"{f['peak_rss_mb']:.0f}"] for f in figures]
+                                "first_file_s": first, "all_files_s": every, "peak_rss_mb": peak,
+                                "vs_plain": plain / seconds if plain else None})
+    def shown(value, form: str) -> str:
+        return "–" if value is None else format(value, form)
+
+    rows = [[f["corpus"], f["system"], f["files"], shown(f["chunks"], "d"), f"{f['seconds']:.1f}",
+             f"{f['files'] / f['seconds']:.1f}", shown(f["chunks"] and f["chunks"] / f["seconds"], ".1f"),
+             shown(f["first_file_s"], ".1f"), shown(f["all_files_s"], ".1f"), f"{f['peak_rss_mb']:.0f}",
+             shown(f.get("vs_plain"), ".2f")] for f in figures]
     report("First index from scratch (new process, model load included)",
            ["corpus", "code", "files", "chunks", "wall s", "files/s", "chunks/s", "keyword-searchable: first file s",
-            "all files s", "peak RSS MB"], rows, write=not args.no_write)
+            "all files s", "peak RSS MB", "vs plain fastembed"], rows, write=not args.no_write)
     if not args.no_write:
         save_figures("first_index", figures)
 
