@@ -32,9 +32,7 @@ from .config import DirectoryConfig, KnowledgebaseConfig
 from .embeddings import Embedder, EmbeddingError, ModelMismatchError, cosine_baseline, mismatch_message
 from .file_access import read_inside
 from . import ocr as ocr_engine
-from .loaders import LoadError, load
 from .ocr import Ocr
-from .secret_scan import redact
 from .scanner import ScannedFile, scan
 from .store import FileRefused, FileRow, IndexStore, StoreError, index_files
 
@@ -206,6 +204,10 @@ class _Run:
             self.summary.unchanged += 1
             self.progress.advance(files=1, chunked_bytes=file.size)
             return
+        # The readers load with the first file to read: a rescan that finds nothing changed never needs them.
+        from .loaders import LoadError, load
+        from .secret_scan import redact
+
         try:
             ocr = replace(self.ocr, on_page=OcrReport(self.progress, file.rel_path)) if self.ocr else None
             document = load(data, file.kind, ocr)
