@@ -174,3 +174,33 @@ def test_openvino_runtime_is_for_the_offline_default_only(tmp_path, hermes_home)
         create_embedder(config.embedding, hermes_home)
     with pytest.raises(ConfigError, match="runtime must be one of auto, openvino, onnxruntime, not 'gpu'"):
         parse_knowledgebase({"embedding_model": {"runtime": "gpu"}})
+
+
+def test_a_folder_whose_model_fails_at_query_time_answers_by_keywords_and_the_others_keep_vectors(
+        tree, hermes_home, stub_embedder, tmp_path):
+    """Two folders on two models; the remote one stops embedding queries: only its folder falls back to
+    keywords (said once, naming it), the local folder's hits still come with their vectors."""
+    failing = {"now": False}
+
+    def embed(body):
+        if failing["now"] and body["input"] != ["dimension probe"]:
+            return 500, {"error": "model unloaded"}
+        return 200, {"embeddings": fake_vectors(body["input"])}
+
+    local = tree({"alpha.md": "alpha observation about the pump valve"}, tmp_path / "local")
+    remote = tree({"beta.md": "beta observation about the pump valve"}, tmp_path / "remote")
+    with RecordingServer({"/api/embed": embed}) as server:
+        config = parse_knowledgebase({"directories": [
+            str(local), {"path": str(remote), "embedding_model": {"backend": "ollama", "model": "m", "base_url": server.url}}]})
+        kb = KnowledgeBase(config, hermes_home, embedder_factory=lambda: stub_embedder)
+        kb.index()
+        failing["now"] = True
+        result = KnowledgeBase(config, hermes_home, embedder_factory=lambda: stub_embedder).search("pump valve observation")
+        told = [w for w in result.warnings if "Keyword results only" in w]
+        assert len(told) == 1 and told[0].startswith(
+            f"Keyword results only from remote: The ollama embedding service at {server.url} failed: "), told
+        found = {hit.directory: hit.found_by for hit in result.hits}
+        assert "vector" in found["local"] and found["remote"] == ["keyword"]
+        with pytest.raises(Exception, match="Keyword results only from remote"):
+            KnowledgeBase(config, hermes_home, embedder_factory=lambda: stub_embedder).search(
+                "pump valve", directory="remote", mode="vector")

@@ -334,7 +334,8 @@ def _gather(sources: Sequence[SearchSource], query: str, options: SearchOptions,
     if options.mode in ("hybrid", "vector"):
         for source in sources:
             if source.vector_refusal:
-                result.warnings.append(source.vector_refusal)
+                if source.vector_refusal not in result.warnings:  # one model's failure, told once
+                    result.warnings.append(source.vector_refusal)
             elif source.model is not None and source.store.has_vector_table():
                 vector_sources.append(source)
     by_source: dict[str, dict[int, _Candidate]] = {source.key: {} for source in sources}
@@ -447,7 +448,9 @@ def _fuse(candidates: list[_Candidate], options: SearchOptions, query: str = "")
     if options.mode == "hybrid" and options.fusion == "weighted" and candidates:
         prose = is_prose(query)
         for source in {candidate.source.key: candidate.source for candidate in candidates}.values():
-            covered = source.model.coverage if source.model is not None else 0.0
+            # An index whose vectors are refused (another model, or its model failing now) answers by
+            # its keywords alone, scored as a keyword search would score them.
+            covered = source.model.coverage if source.model is not None and not source.vector_refusal else 0.0
             alphas[source.key] = trust(options.alpha, covered, source.code_share if prose else 0.0)
     fixed = {"vector": 1.0, "keyword": 0.0}.get(options.mode, options.alpha)
     scored = []

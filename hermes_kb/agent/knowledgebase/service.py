@@ -103,6 +103,27 @@ class ReadResult:
         return self.__dict__ | {"continues": self.end_line < self.total_lines}
 
 
+
+def _fenced_from_failing_models(sources: list[SearchSource]) -> list[SearchSource]:
+    """Each source whose model cannot embed the query, given that reason as its vector refusal."""
+    failures: dict[int, EmbeddingError] = {}
+    for source in sources:
+        if source.vector_refusal or source.model is None or id(source.model) in failures:
+            continue
+        try:
+            source.model.vector, source.model.coverage  # computed once, kept for the search itself
+        except EmbeddingError as exc:
+            failures[id(source.model)] = exc
+    if not failures:
+        return sources
+    names: dict[int, list[str]] = {}
+    for source in sources:
+        names.setdefault(id(source.model), []).append(source.name)
+    return [replace(source, vector_refusal=f"Keyword results only from {', '.join(names[id(source.model)])}: "
+                                           f"{failures[id(source.model)]}")
+            if id(source.model) in failures and not source.vector_refusal else source for source in sources]
+
+
 class KnowledgeBase:
     def __init__(self, config: KnowledgebaseConfig, hermes_home: Path,
                  embedder_factory: Callable[[], embeddings.Embedder] | None = None):
@@ -417,15 +438,11 @@ class KnowledgeBase:
         raise KnowledgebaseError(" ".join(fenced))
 
     def _search_or_keywords(self, sources: list[SearchSource], query: str, options: SearchOptions) -> SearchResult:
-        """Hybrid search that loses its model (damaged, unreachable) answers with keywords and says why."""
-        try:
-            return search(sources, query, options)
-        except EmbeddingError as exc:
-            if options.mode != "hybrid":
-                raise
-            result = search(sources, query, replace(options, mode="keyword"))
-            result.warnings.append(f"Keyword results only: {exc}")
-            return result
+        """A model that fails now (damaged, unreachable) costs only the indexes embedded with it: they
+        answer by keywords, said once per model, and folders on other models keep their vectors."""
+        if options.mode != "keyword":
+            sources = _fenced_from_failing_models(sources)
+        return search(sources, query, options)
 
     def _source(self, target: DirectoryConfig, stack: contextlib.ExitStack, directory: str | None,
                 model: QueryModel) -> SearchSource | None:
