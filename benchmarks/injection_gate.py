@@ -87,6 +87,8 @@ def seen(hook: AutoRetriever, question: str, answers: set[str], k: int) -> Seen:
     if not hits:
         return Seen(0.0, False, False)
     block = hook.choose(hits)  # what the hook would inject once the gate opens (it never injects here)
+    if not block:
+        return Seen(0.0, False, False)  # nothing fit to inject (over budget, table debris): the hook stays silent
     return Seen(confidence(hits), hits[0].path in answers, any(h.path in answers for h in block))
 
 

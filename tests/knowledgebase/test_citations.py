@@ -48,3 +48,16 @@ def test_table_debris_is_recognised_and_prose_is_not():
     assert looks_like_debris(debris)
     assert not looks_like_debris("The zeppelin rollout runs blue green deploys.\nCanary checks run before each wave.")
     assert not looks_like_debris("| field | type | meaning |\n" * 8)  # rows of a table read as rows
+
+
+def test_a_command_page_with_headings_and_a_synopsis_is_not_debris():
+    """npm's own docs: the page that answers "how do I produce a software bill of materials" was
+    held back from the chat as table debris (six of its eight lines are short: headings, a fence)."""
+    page = ("# npm-sbom\n\n### Synopsis\n\n```bash\nnpm sbom\n```\n\n### Description\n\n"
+            "The `npm sbom` command generates a Software Bill of Materials (SBOM) listing the dependencies.\n"
+            "SBOMs can be generated in either SPDX or CycloneDX format.")
+    assert not looks_like_debris(page)
+    code = "```\n" + "\n".join(["x = 1", "y = 2", "f(x)", "g(y)", "h()", "return"] * 2) + "\n```"
+    assert not looks_like_debris(code)
+    debris_under_heading = "## Layout\n" + "\n".join(f"│ {cell}" for cell in ["4", "CARD32", "OFFSET", "8", "x", "y"])
+    assert looks_like_debris(debris_under_heading)

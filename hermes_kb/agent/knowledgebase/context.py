@@ -70,15 +70,31 @@ def retrieval_query(message: str, previous_message: str | None) -> str:
 LEAD_WEIGHT = 0.5  # see `confidence`
 
 
-DEBRIS_LINES = 6  # a passage this long, ...
-DEBRIS_SHARE = 0.7  # ... with this share of its lines holding at most two words, is cell debris
+DEBRIS_LINES = 6  # a passage with this many lines of running text, ...
+DEBRIS_SHARE = 0.7  # ... this share of them holding at most two words, is cell debris
 _CELL_RULES = re.compile(r"[│|┃┆┊─━┼]+")
+_FENCE = re.compile(r"\s*(```|~~~)")
+
+
+def _running_lines(text: str):
+    """The lines a table extracted cell by cell would be: not headings, and not code (a fence and
+    what it holds), whose short lines are what a command page's synopsis looks like."""
+    fenced = False
+    for raw in text.splitlines():
+        if _FENCE.match(raw):
+            fenced = not fenced
+            continue
+        if fenced or raw.lstrip().startswith("#"):
+            continue
+        words = _CELL_RULES.sub(" ", raw).split()
+        if words:
+            yield words
 
 
 def looks_like_debris(text: str) -> bool:
     """A table extracted one cell per line (`│ 4` / `│ CARD32` / ...): searchable, but no answer to put
     in front of the model in place of prose; kb_search still finds it when asked."""
-    lines = [line for line in (_CELL_RULES.sub(" ", raw).split() for raw in text.splitlines()) if line]
+    lines = list(_running_lines(text))
     if len(lines) < DEBRIS_LINES:
         return False
     return sum(1 for words in lines if len(words) <= 2) >= DEBRIS_SHARE * len(lines)
