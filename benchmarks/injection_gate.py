@@ -11,7 +11,10 @@
 Off-topic: the 201 coding questions in benchmarks/data/offtopic_questions.txt,
 asked of each collection, and for the manual also the 40 everyday messages of
 benchmarks/data/offtopic_general.txt (chat, trivia, "quicksort's worst case");
-any injection is a false one. Each docs collection is indexed in a home of its
+any injection is a false one. A few of them a docs collection does answer
+("What is a Bloom filter?" has a page in the PostgreSQL manual): those, listed
+with their pages in benchmarks/data/offtopic_answered.tsv, are answerable
+questions of that collection instead. Each docs collection is indexed in a home of its
 own, so no other index answers its questions.
 
 For every question the hits the chat hook sees (default hybrid search, k =
@@ -55,6 +58,7 @@ from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
 DATA = Path(__file__).resolve().parent / "data"
 OFFTOPIC = DATA / "offtopic_questions.txt"
 OFFTOPIC_GENERAL = DATA / "offtopic_general.txt"
+ANSWERED = DATA / "offtopic_answered.tsv"  # off-topic messages a docs collection does answer (read, not guessed)
 # name -> (folder, labelled questions, extra off-topic messages)
 DOCS = {
     "npm docs": (Path("/usr/lib/node_modules/npm/docs/content"), DATA / "npm_docs_questions.tsv", None),
@@ -129,13 +133,18 @@ def collections(dataset: Path, overrides: dict, home: Path, offtopic: list[str],
         if not folder.is_dir():
             print(f"{folder} is missing: {name} skipped", file=sys.stderr)
             continue
-        rows = [line.split("\t") for line in lines_of(questions)]
+        answered = {message: pages for collection, message, pages in (line.split("\t") for line in lines_of(ANSWERED))
+                    if collection == name}
+        messages = offtopic + (lines_of(extra) if extra else [])
+        if set(answered) - set(messages):
+            raise SystemExit(f"{ANSWERED.name} names messages no off-topic set holds: {sorted(set(answered) - set(messages))}")
+        rows = [line.split("\t") for line in lines_of(questions)] + [[m, pages] for m, pages in answered.items()]
         slug = name.replace(" ", "-")
         docs_config = parse_knowledgebase({**overrides, "directories": [{"path": str(folder), "name": slug}]})
         kb = KnowledgeBase(docs_config, home / "gate-homes" / slug, embedder_factory=embedder)
         kb.index()
         found[name] = Collection(name, kb, [q for q, _ in rows], [set(a.strip().split(",")) for _, a in rows],
-                                 offtopic + (lines_of(extra) if extra else []))
+                                 [m for m in messages if m not in answered])
     return found
 
 
