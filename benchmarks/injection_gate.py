@@ -29,7 +29,9 @@ on both collections is chosen, and confirmed through the real AutoRetriever.
 With --languages, each XQuAD language of ../shared/eval/xquad (the same 240
 paragraphs and questions in every language) is one more collection, so the
 gate's rate and precision can be compared across languages; its questions are
-the first --questions of each (the same questions in every language).
+the first --questions of each (the same questions in every language), and its
+off-topic messages are the coding questions plus 24 everyday messages in its own
+language (benchmarks/data/offtopic_everyday/<language>.txt).
 
     python benchmarks/injection_gate.py                 # choose, confirm, append to docs/benchmarks.md
     python benchmarks/injection_gate.py --set relevance_threshold=0.8 --no-write
@@ -65,6 +67,7 @@ DOCS = {
     "pg manual": (Path("/usr/share/doc/postgresql-doc-15/html"), DATA / "pg_manual_questions.tsv", OFFTOPIC_GENERAL),
 }
 XQUAD = Path(__file__).resolve().parents[2] / "shared" / "eval" / "xquad"
+EVERYDAY = DATA / "offtopic_everyday"  # <language>.txt: the same everyday messages in each XQuAD language
 GRID = [round(0.50 + 0.025 * i, 3) for i in range(21)]
 MIN_BLOCK_PRECISION, MAX_FALSE_RATE = 0.85, 0.02
 
@@ -76,6 +79,7 @@ class Collection:
     questions: list[str]
     answers: list[set[str]]  # the files that answer each question
     offtopic: list[str]
+    own_language: int = 0  # how many of `offtopic` (the last ones) are in the collection's own language
 
 
 @dataclass
@@ -127,8 +131,10 @@ def collections(dataset: Path, overrides: dict, home: Path, offtopic: list[str],
         embedder = embedder or kb.embedder
         by_name = {v: k for k, v in names.items()}
         asked = sorted(data.queries)[:first]
+        everyday = EVERYDAY / f"{root.name}.txt"
+        own = lines_of(everyday) if first and everyday.is_file() else []
         found[name] = Collection(name, kb, [data.queries[q] for q in asked],
-                                 [{by_name[d] for d in data.qrels[q]} for q in asked], offtopic)
+                                 [{by_name[d] for d in data.qrels[q]} for q in asked], offtopic + own, len(own))
     for name, (folder, questions, extra) in DOCS.items():
         if not folder.is_dir():
             print(f"{folder} is missing: {name} skipped", file=sys.stderr)
@@ -187,11 +193,14 @@ def main() -> None:
             blocks = [AutoRetriever(c.kb, gated).block_for(q) for q in c.questions]
             injected = [(b, a) for b, a in zip(blocks, c.answers) if b]
             right = sum(any(h.path in a for h in b.hits) for b, a in injected)
-            false = sum(AutoRetriever(c.kb, gated).block_for(q) is not None for q in c.offtopic)
+            wrong = [AutoRetriever(c.kb, gated).block_for(q) is not None for q in c.offtopic]
+            own = wrong[len(wrong) - c.own_language:] if c.own_language else []
             confirm.append([threshold, name, len(c.questions), len(injected), f"{len(injected) / len(c.questions):.3f}",
-                            f"{right / max(len(injected), 1):.3f}", f"{false}/{len(c.offtopic)}"])
+                            f"{right / max(len(injected), 1):.3f}", f"{sum(wrong)}/{len(wrong)}",
+                            f"{sum(own)}/{len(own)}" if own else "-"])
     report("Injection gate through AutoRetriever", ["relevance_threshold", "collection", "questions", "injected",
-                                                     "injection rate", "precision (block)", "false injections"],
+                                                     "injection rate", "precision (block)", "false injections",
+                                                     "of them everyday, in its language"],
            confirm, write=not args.no_write)
 
 

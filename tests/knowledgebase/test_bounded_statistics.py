@@ -68,3 +68,15 @@ def test_scales_over_a_stale_copy_and_over_none_stay_finite(store):  # noqa: F81
     for copy in (stale, None):
         source = retriever.SearchSource("docs", "/x", store, keywords=copy)
         assert math.isfinite(retriever.keyword_scale(source, ["common", "number", "absent"]))
+
+
+def test_a_han_run_weighs_as_its_bigrams_on_every_backend(store):  # noqa: F811
+    """Each bigram of a run of Han text is its own evidence, as bm25 scores it; the run's commonest
+    bigram alone (its old weight) made a message sharing one common word a full match."""
+    write(store, "guide.txt", ["数据库迁移失败时先回滚"] + [f"怎么做第{n}道菜" for n in range(30)])
+    keyword_cache.refresh(store)
+    for copy in (None, keyword_cache.KeywordCache(keyword_cache.cache_path(store.path))):
+        source = retriever.SearchSource("docs", "/x", store, keywords=copy)
+        run = retriever.keyword_scale(source, ["数据库迁移"])
+        assert run == pytest.approx(retriever.keyword_scale(source, ["数据", "据库", "库迁", "迁移"]))
+        assert run > 3 * retriever.keyword_scale(source, ["怎么"])

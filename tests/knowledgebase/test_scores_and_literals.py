@@ -52,6 +52,20 @@ def test_keyword_scores_compare_across_indexes(tmp_path, tree, make_kb):
     assert by_path["tags.md"] > 0.9
 
 
+def test_a_chinese_message_sharing_one_common_word_with_notes_is_no_full_keyword_match(tree, make_kb):
+    """A run of Han text is as many pieces of evidence as it has bigrams: sharing "怎么" ("how") with
+    a note is a small share of a question, not all of it (the chat hook injected such notes)."""
+    docs = {**{f"recipe{n}.md": f"# 菜谱 {n}\n\n怎么做第{n}道菜：先洗菜，再切菜，最后下锅。\n" for n in range(10)},
+            **filler(20, "Notes on the build server."),
+            "deploy.md": "# 部署指南\n\n数据库迁移失败时，先回滚再重新部署。\n"}
+    kb = make_kb(tree(docs))
+    kb.index()
+    unrelated = kb.search("怎么给我的邮箱账户设置两步验证", k=3, mode="keyword").hits
+    assert all(h.score < 0.3 for h in unrelated), [(h.path, h.score) for h in unrelated]
+    answer = kb.search("数据库迁移失败怎么回滚", k=1, mode="keyword").hits[0]
+    assert answer.path == "deploy.md" and answer.score > 0.5, answer.score
+
+
 def test_identifiers_match_by_their_parts_and_keep_exact_matches(tree, make_kb):
     from hermes_kb.agent.knowledgebase.retriever import identifier_terms
 

@@ -270,11 +270,24 @@ def keyword_scale(source: SearchSource, terms: Sequence[str]) -> float:
     gave every index's best hit 1.0, however little of the query it matched, so the noise of one
     index outranked the answers of another and weak keyword matches pulled good vector hits down.
     """
+    units = evidence_units(terms, source.languages)
     if source.keywords is not None:
-        count, frequencies = source.keywords.count, source.keywords.document_frequencies(terms, source.languages)
+        count, frequencies = source.keywords.count, source.keywords.document_frequencies(units, source.languages)
     else:
-        count, frequencies = source.store.chunk_total(), source.store.document_frequencies(terms)
+        count, frequencies = source.store.chunk_total(), source.store.document_frequencies(units)
     return float(np.sum(idf(count, frequencies))) if len(frequencies) else 0.0
+
+
+def evidence_units(terms: Sequence[str], languages: Sequence[str]) -> list[str]:
+    """The query's words as bm25 scores them: a word whose script is written without spaces (a run
+    of Han or Thai text) is as many pieces of evidence as it has distinct bigrams, each with its own
+    IDF. Counting the run as one word with its commonest bigram's IDF made a chunk sharing only "怎么"
+    ("how") with a Chinese question a full keyword match, and the chat hook injected it."""
+    units: list[str] = []
+    for word in terms:
+        groups = analysis.query_groups(word, languages)
+        units.extend(dict.fromkeys(group[0] for group in groups) if len(groups) > 1 else [word])
+    return units
 
 
 def affordable_terms(store: IndexStore, terms: list[str], budget: int | None) -> list[str]:
@@ -437,13 +450,28 @@ def trust(alpha: float, coverage: float, prose_over_code: float) -> float:
     return evidence / (evidence + (1.0 - alpha)) if evidence + (1.0 - alpha) > 0 else alpha
 
 
+def keyword_share(alpha: float, configured: float) -> float:
+    """The share of the query's full keyword evidence that scores 1.0 in weighted fusion, when `trust`
+    gave the vector side `alpha` of the configured weight.
+
+    KEYWORD_SCALE_SHARE was chosen where vectors carry their full weight beside keywords. Where the
+    model cannot read the query (Arabic, Russian for all-MiniLM-L6-v2), keywords stand alone and a
+    score should mean what keyword mode's means, the share of the query a chunk holds: with half the
+    evidence scoring 1.0, an Arabic chunk matching one rare word of "how many cups are in a litre?"
+    (كوب, Cobb Hall) scored 1.0 and was injected. Rankings within an index do not change.
+    """
+    if configured <= 0:
+        return 1.0
+    return 1.0 - (1.0 - KEYWORD_SCALE_SHARE) * min(1.0, alpha / configured)
+
+
 def _fuse(candidates: list[_Candidate], options: SearchOptions, query: str = "") -> list[tuple[float, _Candidate]]:
     # bm25 is normalised per index: IDF statistics differ between indexes (a tiny one
     # has near-zero IDF everywhere), so raw scores only compare within one index (see keyword_scale).
     top_bm25: dict[str, float] = {}
     for candidate in candidates:
         top_bm25[candidate.source.key] = max(top_bm25.get(candidate.source.key, 0.0), candidate.bm25 or 0.0)
-    share = 1.0 if options.mode == "keyword" else KEYWORD_SCALE_SHARE  # keyword mode: the plain evidence share
+    plain_share = 1.0 if options.mode == "keyword" else KEYWORD_SCALE_SHARE  # keyword mode: the plain evidence share
     alphas: dict[Path, float] = {}
     if options.mode == "hybrid" and options.fusion == "weighted" and candidates:
         prose = is_prose(query)
@@ -462,6 +490,7 @@ def _fuse(candidates: list[_Candidate], options: SearchOptions, query: str = "")
             score = sum(1.0 / (options.rrf_k + 1 + r) for r in ranks) * (options.rrf_k + 1) / 2
         else:
             cosine = candidate.similarity or 0.0
+            share = keyword_share(alpha, fixed) if candidate.source.key in alphas else plain_share
             scale = max(top_bm25[candidate.source.key], share * candidate.keyword_scale) or 1.0
             score = alpha * cosine + (1.0 - alpha) * (candidate.bm25 or 0.0) / scale
         if candidate.exact:
