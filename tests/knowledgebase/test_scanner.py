@@ -157,3 +157,27 @@ def test_a_gitignore_too_large_for_one_regex_set_still_applies(tree):
     root = tree({".gitignore": "\n".join([*lines, "*.log"]) + "\n", "a.log": "x", "a.md": "x"})
     result = scan(root)
     assert paths(result) == [".gitignore", "a.md"] and result.skipped == []
+
+
+from hypothesis import given, strategies as st  # noqa: E402
+
+from hermes_kb.agent.knowledgebase.scanner import KINDS, SECRET_FILES, file_kind  # noqa: E402
+
+
+@given(st.text(alphabet=".aMdpPyx_", max_size=8))
+def test_a_files_kind_follows_its_extension_as_splitext_reads_it(name):
+    assert file_kind(name) == KINDS.get(os.path.splitext(name)[1].lower(), "text")
+
+
+def test_the_one_match_fast_path_holds_because_every_secret_pattern_is_positive():
+    # IgnoreRules matches built-ins, excludes and secrets as one spec first; a negated secret
+    # pattern would let that spec pass a path the secret rules alone refuse.
+    assert not [pattern for pattern in SECRET_FILES if pattern.startswith("!")]
+
+
+def test_an_exclude_that_re_includes_a_name_does_not_let_a_secret_through(tmp_path):
+    (tmp_path / ".env").write_text("TOKEN=x\n")
+    (tmp_path / "keep.md").write_text("kept\n")
+    (tmp_path / "drop.log").write_text("dropped\n")
+    result = scan(tmp_path, exclude=("*.log", "!.env"))
+    assert [f.rel_path for f in result.files] == ["keep.md"]

@@ -354,7 +354,7 @@ class PgIndexStore(StoreCommon):
     def files(self) -> dict[str, FileRow]:
         rows = self.conn.execute(f"SELECT id, path, size, mtime_ns, content_hash, kind, chunk_count, indexed_at, error "
                                  f"FROM {self._t('files')}").fetchall()
-        return {row[1]: FileRow(*row) for row in rows}
+        return {row[1]: FileRow._make(row) for row in rows}
 
     def touch_file(self, file_id: int, size: int, mtime_ns: int) -> None:
         self.conn.execute(f"UPDATE {self._t('files')} SET size = %s, mtime_ns = %s WHERE id = %s", (size, mtime_ns, file_id))

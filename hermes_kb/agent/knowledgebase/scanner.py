@@ -107,7 +107,11 @@ class ScannedFile:
 
 def file_kind(name: str) -> str:
     """Unknown extensions are treated as text; the loader rejects them if they turn out binary."""
-    return KINDS.get(os.path.splitext(name)[1].lower(), "text")
+    dot = name.rfind(".")
+    # splitext's rule (leading dots start no extension), without its cost: one call per file a scan meets.
+    if dot <= 0 or not name[:dot].strip("."):
+        return "text"
+    return KINDS.get(name[dot:].lower(), "text")
 
 
 def is_utf8(name: str) -> bool:
@@ -142,12 +146,16 @@ def compile_patterns(lines: Sequence[str], problem: Callable[[int, str], tuple[s
                 patterns.append(GitIgnoreSpecPattern(line))
             except Exception:
                 problems.append(problem(number, line))
-        try:
-            return pathspec.GitIgnoreSpec(patterns)
-        except Exception:
-            # Every pattern compiles alone, but re2 refuses them as one set (a few thousand lines
-            # already): Python's re, one pattern at a time, is slower and has no such limit.
-            return pathspec.GitIgnoreSpec(patterns, backend="simple")
+        return spec_of(patterns)
+
+
+def spec_of(patterns: Sequence[GitIgnoreSpecPattern]) -> pathspec.GitIgnoreSpec:
+    try:
+        return pathspec.GitIgnoreSpec(patterns)
+    except Exception:
+        # Every pattern compiles alone, but re2 refuses them as one set (a few thousand lines
+        # already): Python's re, one pattern at a time, is slower and has no such limit.
+        return pathspec.GitIgnoreSpec(patterns, backend="simple")
 
 
 def _invalid(line: str) -> str:
@@ -179,6 +187,10 @@ class IgnoreRules:
         self._allowed_secrets = compile_patterns(
             allow_secrets, lambda n, line: ("config: allow_secrets", f"pattern {n} ignored: {_invalid(line)}"),
             self.problems)
+        # One match for the common case: a path neither rule set names. The secret patterns are all
+        # positive and come last, so a path this spec passes is passed by both (half the matching of a
+        # no-change rescan, where almost every path passes).
+        self._refused = spec_of([*self._fixed.patterns, *self._secret.patterns])
         self._gitignores: dict[str, pathspec.GitIgnoreSpec | None] = {}
         self._chains: dict[str, list[tuple[int, pathspec.GitIgnoreSpec]]] = {}
 
@@ -215,10 +227,11 @@ class IgnoreRules:
         if not is_utf8(rel_path):
             return True
         probe = rel_path + "/" if is_dir else rel_path
-        if self._fixed.match_file(probe):
-            return True
-        if self._secret.match_file(probe) and not self._allowed_secrets.match_file(probe):
-            return True
+        if self._refused.match_file(probe):
+            if self._fixed.match_file(probe):
+                return True
+            if self._secret.match_file(probe) and not self._allowed_secrets.match_file(probe):
+                return True
         verdict = None
         for offset, spec in self._specs_above(rel_path.rpartition("/")[0]):
             result = spec.check_file(probe[offset:])

@@ -18,7 +18,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -171,8 +171,10 @@ def driver_description() -> str:
     return f"{name}, SQLite {module.sqlite_version}"
 
 
-@dataclass(frozen=True)
-class FileRow:
+class FileRow(NamedTuple):
+    """A file as the index last saw it. A tuple, not a frozen dataclass: a no-change rescan builds one
+    per file, and a frozen dataclass's __init__ cost 20 ms of the 0.5 s for 10,000 files."""
+
     id: int
     path: str
     size: int
@@ -465,7 +467,7 @@ class IndexStore(StoreCommon):
     # --- files --------------------------------------------------------------------------
     def files(self) -> dict[str, FileRow]:
         rows = self.conn.execute("SELECT id, path, size, mtime_ns, content_hash, kind, chunk_count, indexed_at, error FROM files")
-        return {row[1]: FileRow(*row) for row in rows}
+        return {row[1]: FileRow._make(row) for row in rows}
 
     def touch_file(self, file_id: int, size: int, mtime_ns: int) -> None:
         self.conn.execute("UPDATE files SET size = ?, mtime_ns = ? WHERE id = ?", (size, mtime_ns, file_id))
