@@ -21,8 +21,8 @@ truncates each at 256 word pieces); "vs plain" is its wall time over ours.
 `--runtimes` indexes each corpus once per embedding runtime (onnxruntime was
 the only one before OpenVINO); `--baseline REV` also runs that commit's code
 (from a temporary git worktree, with its own defaults) in the same run, as the
-"before" row. The figures also go to docs/figures/first_index.json, which
-benchmarks/chart.py draws.
+"before" row. The figures of a run over every corpus (the default
+`--corpus all`) also go to docs/figures/first_index.json, which benchmarks/chart.py draws.
 """
 
 from __future__ import annotations
@@ -191,7 +191,7 @@ def main() -> None:
     report("First index from scratch (new process, model load included)",
            ["corpus", "code", "files", "chunks", "wall s", "files/s", "chunks/s", "keyword-searchable: first file s",
             "all files s", "peak RSS MB", "vs plain fastembed"], rows, write=not args.no_write)
-    if not args.no_write:
+    if not args.no_write and args.corpus == "all":  # the chart draws the whole run; a partial one would replace it
         save_figures("first_index", figures)
 
 

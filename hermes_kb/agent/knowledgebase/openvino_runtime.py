@@ -31,6 +31,9 @@ PAD_MULTIPLE = 32
 # stream on all cores, which suits our small length-sorted batches. Dynamic quantization off: in fp32
 # OpenVINO quantizes the activations of int8-weight MatMuls on the fly by default, which put the cosine
 # to onnxruntime's vectors at 0.9988 on a one-word text (1.00000 without it, at 1.5x instead of 2x).
+# With bf16 on a CPU with VNNI it buys 1.4x (groups of 32) to 2x (128) at cosines of 0.9988 and 0.9965
+# (docs/benchmarks.md, "int8 activations"): below the 0.999 that lets either runtime search one index,
+# so it waits for a model variant the index records; off meanwhile.
 COMPILE_SETTINGS = {"INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "LATENCY", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
 
 

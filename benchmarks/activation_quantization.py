@@ -1,0 +1,101 @@
+"""OpenVINO's dynamic int8 quantization of activations: speed, cosine and retrieval quality beside today's default.
+
+The default compiles the offline model with activation quantization off (bf16 or
+f32 arithmetic over its int8 weights). On a CPU with int8 dot products (AVX512-VNNI,
+AMX-INT8) OpenVINO can quantize each token's activations in groups of
+DYNAMIC_QUANTIZATION_GROUP_SIZE at run time and multiply in int8. This measures
+that lever on what `hermes kb index` embeds (the windows of the first 600 SciFact
+abstracts, length-sorted batches of embedding_model.batch_size), then, with
+`--quality`, nDCG@10 through the product's evaluation on each collection given
+(each in a scratch HERMES_HOME per setting, so nothing is reused across them).
+
+    python benchmarks/activation_quantization.py --groups 0,32,64
+    python benchmarks/activation_quantization.py --groups 0,32 --quality ../shared/eval/scifact,../shared/eval/xquad/en
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from hermes_kb.agent.knowledgebase import openvino_runtime  # noqa: E402
+from hermes_kb.agent.knowledgebase.chunker import chunk_document  # noqa: E402
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
+from hermes_kb.agent.knowledgebase.embeddings import LocalEmbedder  # noqa: E402
+from hermes_kb.agent.knowledgebase.evaluation import evaluate  # noqa: E402
+from hermes_kb.agent.knowledgebase.loaders import Document  # noqa: E402
+from benchmarks._report import report  # noqa: E402
+from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
+
+SHORT_TEXTS = ["a", "retry", "数据库迁移", "Обновление базы данных", "def main():"]  # queries are short
+
+
+def index_windows(documents: int) -> list[str]:
+    """What the indexer embeds for the first `documents` SciFact abstracts: every chunk's windows."""
+    chunking = parse_knowledgebase({}).chunking
+    texts = []
+    with open(DEFAULT_DATASET / "corpus.jsonl", encoding="utf-8") as handle:
+        for _, line in zip(range(documents), handle):
+            doc = json.loads(line)
+            for chunk in chunk_document(Document(f"{doc['title']}\n\n{doc['text']}\n", "text"), "doc.txt", chunking):
+                texts += chunk.embed_texts
+    return texts
+
+
+def embedder(group: int, home: Path) -> LocalEmbedder:
+    """The default model compiled with this group size (0: activation quantization off, today's default)."""
+    openvino_runtime.COMPILE_SETTINGS["DYNAMIC_QUANTIZATION_GROUP_SIZE"] = group
+    model = LocalEmbedder(parse_knowledgebase({}).embedding, home)
+    if not model.runtime.startswith("openvino"):
+        raise SystemExit(f"the default model runs on {model.runtime} here; this measures OpenVINO only")
+    return model
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--groups", default="0,32", help="comma-separated group sizes, measured after 0 (off, today's default)")
+    parser.add_argument("--documents", type=int, default=600)
+    parser.add_argument("--quality", default="", help="comma-separated BEIR folders to evaluate per group size")
+    parser.add_argument("--no-write", action="store_true")
+    args = parser.parse_args()
+    groups = [0] + [int(g) for g in args.groups.split(",") if int(g)]  # every row is compared with off
+    texts = index_windows(args.documents)
+    collections = [Path(p) for p in args.quality.split(",") if p]
+    reference: dict[str, np.ndarray] = {}
+    rows = []
+    with tempfile.TemporaryDirectory() as scratch:
+        for group in groups:
+            home = Path(scratch) / f"group-{group}"
+            model = embedder(group, home)
+            model.embed_documents(texts[:8])  # compile the first shapes outside the timing
+            started = time.perf_counter()
+            vectors = model.embed_documents(texts)
+            seconds = time.perf_counter() - started
+            short = model.embed_documents(SHORT_TEXTS)
+            reference.setdefault("windows", vectors)
+            reference.setdefault("short", short)
+            cosine = (vectors * reference["windows"]).sum(axis=1)
+            row = [group or "off (default)", model.runtime, f"{seconds:.1f}", f"{len(texts) / seconds:.1f}",
+                   f"{float(rows[0][2]) / seconds if rows else 1:.2f}x", f"{cosine.min():.5f} / {cosine.mean():.6f}",
+                   f"{(short * reference['short']).sum(axis=1).min():.5f}"]
+            for folder in collections:
+                result = evaluate(folder, parse_knowledgebase({}), home, embedder_factory=lambda: model)
+                scores = {s.name: s.metrics["ndcg@10"] for s in result.systems}
+                row.append(f"{scores['vector']:.4f} / {scores['hybrid (weighted)']:.4f}")
+            rows.append(row)
+    report(f"OpenVINO dynamic int8 activations, {len(texts)} index windows of {args.documents} SciFact abstracts",
+           ["group size", "runtime", "seconds", "windows/s", "vs off", "cosine to off: min / mean (windows)",
+            f"min cosine, {len(SHORT_TEXTS)} short texts", *(f"{f.name} vector / hybrid nDCG@10" for f in collections)],
+           rows, write=not args.no_write)
+
+
+if __name__ == "__main__":
+    main()
