@@ -16,38 +16,28 @@ abstracts, length-sorted batches of embedding_model.batch_size), then, with
 from __future__ import annotations
 
 import argparse
-import json
+import itertools
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hermes_kb.agent.knowledgebase import openvino_runtime  # noqa: E402
-from hermes_kb.agent.knowledgebase.chunker import chunk_document  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from hermes_kb.agent.knowledgebase.embeddings import LocalEmbedder  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import evaluate  # noqa: E402
-from hermes_kb.agent.knowledgebase.loaders import Document  # noqa: E402
 from benchmarks._report import report  # noqa: E402
-from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
+from benchmarks.embedding import scifact_chunks  # noqa: E402
 
 SHORT_TEXTS = ["a", "retry", "数据库迁移", "Обновление базы данных", "def main():"]  # queries are short
 
 
 def index_windows(documents: int) -> list[str]:
     """What the indexer embeds for the first `documents` SciFact abstracts: every chunk's windows."""
-    chunking = parse_knowledgebase({}).chunking
-    texts = []
-    with open(DEFAULT_DATASET / "corpus.jsonl", encoding="utf-8") as handle:
-        for _, line in zip(range(documents), handle):
-            doc = json.loads(line)
-            for chunk in chunk_document(Document(f"{doc['title']}\n\n{doc['text']}\n", "text"), "doc.txt", chunking):
-                texts += chunk.embed_texts
-    return texts
+    return [text for chunks in itertools.islice(scifact_chunks(), documents) for chunk in chunks
+            for text in chunk.embed_texts]
 
 
 def embedder(group: int, home: Path) -> LocalEmbedder:
@@ -69,8 +59,7 @@ def main() -> None:
     groups = [0] + [int(g) for g in args.groups.split(",") if int(g)]  # every row is compared with off
     texts = index_windows(args.documents)
     collections = [Path(p) for p in args.quality.split(",") if p]
-    reference: dict[str, np.ndarray] = {}
-    rows = []
+    rows, off = [], None  # off: (seconds, window vectors, short-text vectors) with quantization off
     with tempfile.TemporaryDirectory() as scratch:
         for group in groups:
             home = Path(scratch) / f"group-{group}"
@@ -80,12 +69,11 @@ def main() -> None:
             vectors = model.embed_documents(texts)
             seconds = time.perf_counter() - started
             short = model.embed_documents(SHORT_TEXTS)
-            reference.setdefault("windows", vectors)
-            reference.setdefault("short", short)
-            cosine = (vectors * reference["windows"]).sum(axis=1)
+            off = off or (seconds, vectors, short)
+            cosine = (vectors * off[1]).sum(axis=1)
             row = [group or "off (default)", model.runtime, f"{seconds:.1f}", f"{len(texts) / seconds:.1f}",
-                   f"{float(rows[0][2]) / seconds if rows else 1:.2f}x", f"{cosine.min():.5f} / {cosine.mean():.6f}",
-                   f"{(short * reference['short']).sum(axis=1).min():.5f}"]
+                   f"{off[0] / seconds:.2f}x", f"{cosine.min():.5f} / {cosine.mean():.6f}",
+                   f"{(short * off[2]).sum(axis=1).min():.5f}"]
             for folder in collections:
                 result = evaluate(folder, parse_knowledgebase({}), home, embedder_factory=lambda: model)
                 scores = {s.name: s.metrics["ndcg@10"] for s in result.systems}

@@ -32,16 +32,21 @@ from benchmarks._report import report  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 
 
-def sample_chunks(limit: int) -> list[str]:
-    config = parse_knowledgebase({})
-    texts = []
+def scifact_chunks():
+    """Each SciFact abstract's chunks, in corpus order, cut as `hermes kb index` cuts a text file."""
+    chunking = parse_knowledgebase({}).chunking
     with open(DEFAULT_DATASET / "corpus.jsonl", encoding="utf-8") as handle:
         for line in handle:
             doc = json.loads(line)
-            text = f"{doc['title']}\n\n{doc['text']}\n"
-            texts += [c.embed_text for c in chunk_document(Document(text, "text"), "doc.txt", config.chunking)]
-            if len(texts) >= limit:
-                return texts[:limit]
+            yield chunk_document(Document(f"{doc['title']}\n\n{doc['text']}\n", "text"), "doc.txt", chunking)
+
+
+def sample_chunks(limit: int) -> list[str]:
+    texts = []
+    for chunks in scifact_chunks():
+        texts += [c.embed_text for c in chunks]
+        if len(texts) >= limit:
+            return texts[:limit]
     return texts
 
 
