@@ -134,6 +134,8 @@ def _print_skipped(summary, out: Console, shown: int = 20) -> None:
         out.print(f"  skipped {safe(path)}: {safe(reason)}")
     if len(summary.skipped) > shown:
         out.print(f"  ... and {len(summary.skipped) - shown} more skipped (see --json)")
+    for path, reason in summary.partly_read:
+        out.print(f"  partly read {safe(path)}: {safe(reason)}")
 
 
 def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:

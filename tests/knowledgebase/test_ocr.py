@@ -18,7 +18,7 @@ INVOICE = ["Invoice 4471 from Rotterdam Pumps", "Warranty: the pump is covered f
 
 def picture(lines: list[str], dpi: int = 200) -> pymupdf.Pixmap:
     """The lines printed on a page, then photographed: a pixmap with no text layer."""
-    page = pymupdf.open().new_page(width=420, height=160)
+    page = pymupdf.open().new_page(width=420, height=max(160, 40 + 40 * len(lines)))
     for n, line in enumerate(lines):
         page.insert_text((20, 50 + 40 * n), line, fontsize=16)
     return page.get_pixmap(dpi=dpi)
@@ -26,7 +26,7 @@ def picture(lines: list[str], dpi: int = 200) -> pymupdf.Pixmap:
 
 def scanned_pdf(lines: list[str]) -> bytes:
     pdf = pymupdf.open()
-    page = pdf.new_page(width=420, height=160)
+    page = pdf.new_page(width=420, height=max(160, 40 + 40 * len(lines)))
     page.insert_image(page.rect, stream=picture(lines).tobytes("png"))
     return pdf.tobytes()
 
@@ -50,10 +50,13 @@ def test_a_scan_and_a_screenshot_are_found_cited_and_marked_ocr(tree, make_kb):
     assert "access denied" in window.text.lower()
 
 
-def test_pictures_come_last_and_are_announced(tree, make_kb):
+def test_pictures_and_scans_come_last_and_are_announced(tree, make_kb):
     from hermes_kb.agent.knowledgebase.indexer import index_directory
 
-    kb = make_kb(tree({"z.md": "# Z\n\nlast by name\n", "a.png": png(INVOICE)}))
+    text_pdf = pymupdf.open()
+    text_pdf.new_page().insert_text((72, 72), "A manual with a text layer and no pictures.")
+    kb = make_kb(tree({"z.md": "# Z\n\nlast by name\n", "a.png": png(INVOICE), "b.pdf": scanned_pdf(INVOICE),
+                       "c.pdf": text_pdf.tobytes()}))
     seen = []
 
     class Recorder:
@@ -68,7 +71,8 @@ def test_pictures_come_last_and_are_announced(tree, make_kb):
         real = store.write_file
         store.write_file = lambda path, *a, **k: order.append(path) or real(path, *a, **k)
         index_directory(directory, kb.config, store, kb.embedder, Recorder(), ocr=ocr.engine(None))
-    assert order == ["z.md", "a.png"] and any(note.startswith("Reading 1 picture by OCR") for note in seen)
+    assert order == ["c.pdf", "z.md", "a.png", "b.pdf"]  # scanned or not, found by the pictures on its pages
+    assert any(note.startswith("Reading 1 picture and 1 scanned PDF by OCR") for note in seen), seen
 
 
 def test_a_page_is_recognised_once_whatever_the_file_is_called(tree, make_kb, monkeypatch):
@@ -133,7 +137,7 @@ def test_a_scanned_page_declaring_a_huge_picture_is_not_decoded(tmp_path):
 def scanned_book(pages: list[list[str]]) -> bytes:
     pdf = pymupdf.open()
     for lines in pages:
-        page = pdf.new_page(width=420, height=160)
+        page = pdf.new_page(width=420, height=max(160, 40 + 40 * len(lines)))
         page.insert_image(page.rect, stream=picture(lines).tobytes("png"))
     return pdf.tobytes()
 
@@ -156,7 +160,9 @@ def test_a_scanned_book_is_read_page_by_page_in_order_by_the_workers():
 ])
 def test_a_page_ocr_cannot_finish_costs_that_file_one_line_and_nothing_else(tree, make_kb, monkeypatch,
                                                                              setting, value, reason):
-    root = tree({"page.png": png(INVOICE), "scan.pdf": scanned_pdf(INVOICE), "notes.md": "# Notes\n\nRotterdam office.\n"})
+    # A page of 40 lines: recognised in ~1 s, so no worker beats the 0.05 s cap, however warm.
+    page = INVOICE + [f"Clause {n}: the pump warranty covers parts and labour" for n in range(38)]
+    root = tree({"page.png": png(page), "scan.pdf": scanned_pdf(page), "notes.md": "# Notes\n\nRotterdam office.\n"})
     kb = make_kb(root)
     monkeypatch.setattr(ocr, setting, value)
     [summary] = kb.index()
@@ -197,3 +203,104 @@ def test_english_from_the_extra_does_not_hide_chinese_installed_beside_it(tmp_pa
     assert ocr.tessdata_dir() == extra  # the same languages: this environment's own comes first
     monkeypatch.setenv("TESSDATA_PREFIX", str(debian))
     assert ocr.tessdata_dir() == debian  # named by the user: always
+
+
+@pytest.mark.parametrize("reader", [name for name in ocr.READERS
+                                    if ocr.importlib.util.find_spec(ocr.READER_MODULES[name]) is not None])
+def test_each_build_of_tesseract_reads_a_scan_into_cited_lines(reader, tmp_path):
+    from hermes_kb.agent.knowledgebase.loaders import load
+
+    engine = replace_reader(ocr.engine(tmp_path), reader)
+    try:
+        document = load(scanned_pdf(INVOICE), "pdf", engine)
+    finally:
+        engine.close()
+    read = [line.strip().lower() for line in document.text.splitlines() if line.strip()]
+    assert read == [line.lower() for line in INVOICE]  # each printed line one line, in order (case may slip)
+    assert document.metadata.recognised == (1,)
+
+
+def replace_reader(engine: ocr.Ocr, reader: str) -> ocr.Ocr:
+    from dataclasses import replace
+
+    return replace(engine, reader=reader)
+
+
+def test_a_scan_losing_some_pages_is_indexed_and_says_which(tree, make_kb):
+    pdf = pymupdf.open(stream=scanned_book([["Chapter 1: the port of Rotterdam"], ["Chapter 2: the port of Hamburg"]]))
+    [image] = pdf[1].get_images(full=True)
+    for key in ("Width", "Height"):
+        pdf.xref_set_key(image[0], key, "20000")  # page 2 declares a decompression bomb
+    kb = make_kb(tree({"book.pdf": pdf.tobytes()}))
+    [summary] = kb.index()
+    assert summary.skipped == []
+    [(path, reason)] = summary.partly_read
+    assert path == "book.pdf" and reason.startswith("1 of 2 pages not read (page 2: not read: a picture of 20000 x 20000")
+    assert "--full" not in reason  # a picture refused for its size is refused again: no point retrying
+    assert [h.path for h in kb.search("Rotterdam", k=5, mode="keyword").hits] == ["book.pdf"]
+
+
+@pytest.mark.skipif(min(ocr.WORKERS, ocr.os.cpu_count() or 1) < 2, reason="one OCR worker reads one page at a time")
+def test_a_folder_of_pictures_keeps_every_ocr_worker_busy_and_reads_each_once(tree, make_kb, monkeypatch):
+    ports = ["Rotterdam", "Hamburg", "Antwerp", "Marseille"]
+    scheduled = []  # at each page sent to a worker: how many sent before were still being read
+    real = ocr.WorkerPool.schedule
+
+    def schedule(pool, *args):
+        scheduled.append(sum(not future.done() for future in pool.sent))
+        future = real(pool, *args)
+        pool.sent = [*getattr(pool, "sent", []), future]
+        return future
+
+    monkeypatch.setattr(ocr.WorkerPool, "sent", [], raising=False)
+    monkeypatch.setattr(ocr.WorkerPool, "schedule", schedule)
+    kb = make_kb(tree({f"{n}.png": png([f"Shipment {n} arrives in {port}"]) for n, port in enumerate(ports)}))
+    [summary] = kb.index()
+    assert summary.added == 4 and summary.skipped == []
+    assert len(scheduled) == 4 and max(scheduled) >= 1  # each picture once; a second one under way beside the first
+    for n, port in enumerate(ports):
+        assert [h.path for h in kb.search(port, k=5, mode="keyword").hits] == [f"{n}.png"]
+
+
+def test_a_password_protected_pdf_is_one_line_and_the_rest_is_indexed(tree, make_kb):
+    pdf = pymupdf.open(stream=scanned_pdf(INVOICE))
+    locked = pdf.tobytes(encryption=pymupdf.PDF_ENCRYPT_AES_256, user_pw="secret", owner_pw="owner")
+    kb = make_kb(tree({"locked.pdf": locked, "notes.md": "# Notes\n\nRotterdam office.\n"}))
+    [summary] = kb.index()
+    [(path, reason)] = summary.skipped
+    assert path == "locked.pdf" and "password" in reason and "\n" not in reason
+    assert [h.path for h in kb.search("Rotterdam", k=5, mode="keyword").hits] == ["notes.md"]
+
+
+def test_a_long_scan_keeps_few_pages_waiting_and_gives_up_on_pages_that_never_finish(monkeypatch, tmp_path):
+    from hermes_kb.agent.knowledgebase.loaders import _text_blocks
+
+    waiting = []  # at each page sent to a worker: how many sent before were not read yet
+    real = ocr.WorkerPool.schedule
+
+    def schedule(pool, *args):
+        pool.sent = [future for future in getattr(pool, "sent", []) if not future.done()]
+        waiting.append(len(pool.sent))
+        future = real(pool, *args)
+        pool.sent.append(future)
+        return future
+
+    monkeypatch.setattr(ocr.WorkerPool, "schedule", schedule)
+    book = pymupdf.open(stream=scanned_book([[f"Page {n} of the ledger"] for n in range(1, 25)]))
+    engine = ocr.engine(tmp_path)
+    try:
+        read = list(engine.read(iter(book), _text_blocks, len(book)))
+        assert all(isinstance(page, list) for page in read) and len(waiting) == 24
+        assert max(waiting) <= 2 * engine.pool.workers  # rendered pages waiting: a few, however long the scan
+        monkeypatch.setattr(ocr, "PAGE_SECONDS_CAP", 0.01)
+        cold = ocr.Ocr(engine.tessdata, engine.language, None, reader=engine.reader)  # no cache: every page read
+        sent_before = len(waiting)
+        dense = pymupdf.open(stream=scanned_book([[f"Clause {n}.{line}: the pump warranty covers parts and labour"
+                                                   for line in range(30)] for n in range(12)]))  # ~1 s a page
+        read = list(cold.read(iter(dense), _text_blocks, len(dense)))
+        cold.close()
+    finally:
+        engine.close()
+    assert all(isinstance(page, str) for page in read)
+    assert len(waiting) - sent_before <= ocr.GIVE_UP_AFTER + 2 * engine.pool.workers  # not 24 pages of waiting
+    assert read[-1] == f"not tried: OCR gave up on {ocr.GIVE_UP_AFTER} pages in a row"

@@ -83,6 +83,7 @@ class IndexSummary:
     texts_embedded: int = 0  # what the model embedded: a text repeated across chunks counts once
     chunks_reused: int = 0
     secrets_redacted: list[tuple[str, int]] = field(default_factory=list)  # (path, secrets removed)
+    partly_read: list[tuple[str, str]] = field(default_factory=list)  # (path, what of it was not read), indexed
     seconds: float = 0.0
     error: str | None = None  # the directory could not be indexed at all (the others were)
 
@@ -90,6 +91,7 @@ class IndexSummary:
         data = asdict(self)
         data["skipped"] = [{"path": p, "reason": r} for p, r in self.skipped]
         data["secrets_redacted"] = [{"path": p, "count": n} for p, n in self.secrets_redacted]
+        data["partly_read"] = [{"path": p, "reason": r} for p, r in self.partly_read]
         return data
 
 
@@ -188,29 +190,57 @@ class _Run:
         self.summary.texts_embedded += len(by_hash)
         self.summary.chunks_embedded += sum(len(items) for items in by_hash.values())
 
-    def process(self, file: ScannedFile, row: FileRow | None, rechunk: bool) -> None:
+    def _bytes(self, file: ScannedFile) -> bytes:
+        """The file's content, opened without following links out of the root: a file swapped for a
+        symlink after the scan cannot pull outside text into the index (or to an embedding service)."""
+        return read_inside(str(self.directory.path), file.rel_path, self.config.size_cap(file.kind),
+                           admit=lambda real_rel: not self.rules.excluded(real_rel))
+
+    def _announce_ocr(self, files: list[ScannedFile]) -> None:
+        pictures = sum(file.kind in OCR_LAST for file in files)
+        what = [f"{count} {name}{'s' * (count > 1)}" for count, name in
+                ((pictures, "picture"), (len(files) - pictures, "scanned PDF")) if count]
+        self.progress.note(f"Reading {' and '.join(what)} by OCR, about "
+                           f"{ocr_engine.SECONDS_PER_PAGE[self.ocr.reader]} s a page on one core, "
+                           f"{self.ocr.pool.workers} at a time, unless recognised before "
+                           f"(every other file is searchable already).")
+
+    def read_ahead(self, files: list[ScannedFile]) -> None:
+        """OCR of the next pictures started while this one is read, so every OCR worker has a page."""
+        from .loaders import read_ahead
+
+        for file in files:
+            with contextlib.suppress(OSError):  # an unreadable file is reported at its turn
+                read_ahead(self._bytes(file), file.kind, self.ocr)
+
+    def process(self, file: ScannedFile, row: FileRow | None, rechunk: bool, defer_ocr: bool = False) -> bool:
+        """Reads, chunks and writes the file; False, doing nothing, when `defer_ocr` and reading it takes
+        OCR (the run comes back to it after every other file)."""
+        if defer_ocr and file.kind in OCR_LAST:
+            return False
         try:
-            # Opened without following links out of the root: a file swapped for a symlink after the
-            # scan cannot pull outside text into the index (or to an embedding service).
-            data = read_inside(str(self.directory.path), file.rel_path, self.config.size_cap(file.kind),
-                               admit=lambda real_rel: not self.rules.excluded(real_rel))
+            data = self._bytes(file)
         except OSError as exc:
             self.passing_skips.append((file.rel_path, f"unreadable ({exc.strerror})"))
             self.progress.advance(files=1, chunked_bytes=file.size)
-            return
+            return True
         digest = content_hash(data)
         if row is not None and row.content_hash == digest and not rechunk and not self._ocr_now(row):
             self.store.touch_file(row.id, file.size, file.mtime_ns)
             self.summary.unchanged += 1
             self.progress.advance(files=1, chunked_bytes=file.size)
-            return
+            return True
         # The readers load with the first file to read: a rescan that finds nothing changed never needs them.
-        from .loaders import LoadError, load
+        from .loaders import LoadError, load, needs_ocr
         from .secret_scan import redact
 
+        if defer_ocr and needs_ocr(data, file.kind):
+            return False
         try:
             ocr = replace(self.ocr, on_page=OcrReport(self.progress, file.rel_path)) if self.ocr else None
             document = load(data, file.kind, ocr)
+            if document.left_out:
+                self.summary.partly_read.append((file.rel_path, document.left_out))
             if not self.rules.allows_secrets(file.rel_path):
                 redacted = redact(document.text)
                 if redacted.found:
@@ -222,7 +252,7 @@ class _Run:
             self.store.write_file(file.rel_path, file.size, file.mtime_ns, digest, file.kind, [], None, error=str(exc))
             self.summary.skipped.append((file.rel_path, str(exc)))  # said once: unchanged, it is not read again
             self.progress.advance(files=1, chunked_bytes=file.size)
-            return
+            return True
         self.progress.advance(chunked_bytes=file.size, chunks_planned=len(chunks))
         known: dict[str, np.ndarray] = {}
         if chunks:
@@ -236,7 +266,7 @@ class _Run:
         except FileRefused as exc:
             self.passing_skips.append((file.rel_path, str(exc)))
             self.progress.advance(files=1)
-            return
+            return True
         reused = 0
         for chunk_id, chunk in zip(ids, chunks):
             if chunk.content_hash in known:
@@ -252,6 +282,7 @@ class _Run:
         self.progress.advance(files=1)
         if len(self.waiting) >= KEYWORD_AHEAD_CHUNKS:
             self.embed_waiting()
+        return True
 
     def run(self) -> IndexSummary:
         started = time.perf_counter()
@@ -282,21 +313,21 @@ class _Run:
                 self.summary.unchanged += 1  # a file skipped when it changed is not reported again
             else:
                 todo.append((file, row))
-        # Pictures last: OCR takes seconds a page, and every text file is keyword-searchable before.
-        todo.sort(key=lambda item: item[0].kind in OCR_LAST)
         if todo and self.store.meta("root") != str(root):
             # Written first: a folder indexed by path is found by searches (and status) from its first
             # written file on, not only once the run has finished embedding.
             self.store.set_meta(root=str(root))
         self.progress.start(self.directory.name, len(todo), sum(file.size for file, _ in todo))
         try:
-            pictures = sum(1 for file, _ in todo if file.kind in OCR_LAST) if self.ocr is not None else 0
-            for file, row in todo:
-                if pictures and file.kind in OCR_LAST:
-                    self.progress.note(f"Reading {pictures} picture{'s' * (pictures > 1)} by OCR, about "
-                                       f"{ocr_engine.SECONDS_PER_PAGE} s each unless recognised before "
-                                       f"(every other file is searchable already).")
-                    pictures = 0
+            # Files that take OCR last (seconds a page): every other file is keyword-searchable before.
+            later = [(file, row) for file, row in todo
+                     if not self.process(file, row, rechunk or file.rel_path in unfinished, self.ocr is not None)]
+            if later:
+                self._announce_ocr([file for file, _ in later])
+            ahead = self.ocr.pool.workers - 1 if later else 0  # pictures under way beside this one
+            for position, (file, row) in enumerate(later):
+                if ahead and file.kind in OCR_LAST:
+                    self.read_ahead([next_file for next_file, _ in later[position + 1:position + 1 + ahead]])
                 self.process(file, row, rechunk or file.rel_path in unfinished)
             self.embed_waiting()
             self._measure_baseline()
@@ -321,6 +352,8 @@ class _Run:
                     self.progress.note(f"The {name} cache of {self.directory.name} was not rebuilt ({exc}); "
                                        f"{name} search stays correct but uses the slower {fallback}.")
         finally:
+            if self.ocr is not None:
+                self.ocr.close()
             self.progress.finish()
         self.summary.seconds = round(time.perf_counter() - started, 3)
         return self.summary

@@ -43,6 +43,9 @@ class Document:
     # a person opens: HTML): citations and kb_read then speak of the file's own lines.
     source_lines: tuple[int, ...] = ()
     metadata: FileMetadata = FileMetadata()  # a note's tags and front matter date (filters.py)
+    # What of the file could not be read though the rest was (one sentence: "2 of 40 scanned pages not
+    # read: ..."), for the run's summary; "" when it was read whole.
+    left_out: str = ""
 
 
 # Longest first: the UTF-32-LE mark begins with the UTF-16-LE one.
@@ -432,13 +435,18 @@ def _continued(text: str, more: str) -> str:
     return text.rstrip() + ("" if _no_space_joint(text, more) else " ") + more.lstrip()
 
 
-def _page_blocks(page, textpage=None) -> list[_Block]:
-    """The page's text blocks in pymupdf's reading order (the order get_text() gives), images left out;
-    from `textpage` (what OCR recognised) when given."""
+def _page_blocks(page) -> list[_Block]:
+    """The page's text blocks in pymupdf's reading order (the order get_text() gives), images left out."""
     import pymupdf
 
-    blocks = []  # text clipped to the page (as get_text's default); images and ligature glyphs not kept
-    for block in page.get_text("dict", flags=pymupdf.TEXT_MEDIABOX_CLIP, textpage=textpage)["blocks"]:
+    # text clipped to the page (as get_text's default); images and ligature glyphs not kept
+    return _text_blocks(page.get_text("dict", flags=pymupdf.TEXT_MEDIABOX_CLIP)["blocks"])
+
+
+def _text_blocks(found: list[dict]) -> list[_Block]:
+    """Blocks shaped as pymupdf's get_text("dict") gives them (a text layer's, or OCR's) as the reader's."""
+    blocks = []
+    for block in found:
         if block.get("type") != 0:
             continue
         lines = _block_rows(block["lines"])
@@ -479,7 +487,7 @@ def _block_rows(lines: list[dict]) -> tuple[str, ...]:
 
 def _recognised(pages: Iterable, ocr, total: int) -> Iterator[list[_Block] | str]:
     """Each page's text as OCR reads it (ocr.Ocr.read: cached, in worker processes), or why not."""
-    for read in ocr.read(pages, _page_blocks, total):
+    for read in ocr.read(pages, _text_blocks, total):
         yield read if isinstance(read, str) else [_Block(top, bottom, tuple(lines)) for top, bottom, lines in read]
 
 
@@ -691,7 +699,7 @@ def _pdf(data: bytes, kind: str, ocr=None) -> Document:
     try:
         with pymupdf.open(stream=data, filetype="pdf") as pdf:
             if pdf.needs_pass:
-                raise LoadError("encrypted PDF")
+                raise LoadError("password-protected PDF; save a copy without the password to index it")
             check_pdf_streams(pdf)
             pages, recognised, waiting, unread = _read_pages(pdf, ocr)
             outline = _outline(pdf, pages)
@@ -711,7 +719,52 @@ def _pdf(data: bytes, kind: str, ocr=None) -> Document:
                             f"(a decompression bomb?); not read")
         raise LoadError("PDF has no extractable text")
     return Document(text, "pdf", starts, _outline_headings(outline, placed, starts),
-                    metadata=FileMetadata(recognised=tuple(recognised)))
+                    metadata=FileMetadata(recognised=tuple(recognised)), left_out=_unread_pages(unread, len(pages)))
+
+
+def _unread_pages(unread: dict[int, str], pages: int) -> str:
+    """The pages OCR could not read, for a PDF whose other pages were indexed."""
+    if not unread:
+        return ""
+    numbers = ", ".join(map(str, sorted(unread)[:5])) + (" ..." if len(unread) > 5 else "")
+    retried = any(not reason.startswith(ocr_engine.NOT_READ) for reason in unread.values())
+    return (f"{len(unread)} of {pages} page{'s' * (pages > 1)} not read (page{'s' * (len(unread) > 1)} {numbers}: "
+            f"{next(iter(unread.values()))})" + ("; `hermes kb index --full` tries them again" * retried))
+
+
+def needs_ocr(data: bytes, kind: str) -> bool:
+    """Whether reading the file takes OCR: a picture, or a PDF with a page that is a picture of text.
+    The indexer reads such files after every other, so keyword search has those first. Only pages
+    with a picture have their text read here; a PDF `load` would refuse is left to say why."""
+    if kind in OCR_KINDS - {"pdf"}:
+        return True
+    if kind != "pdf":
+        return False
+    import pymupdf
+
+    try:
+        with pymupdf.open(stream=data, filetype="pdf") as pdf:
+            if pdf.needs_pass:
+                return False
+            check_pdf_streams(pdf)
+            return any(page.get_images() and _needs_ocr(page, _page_blocks(page)) for page in pdf)
+    except Exception:  # damaged, a bomb, or a parser's bug: load reports it in its turn
+        return False
+
+
+def read_ahead(data: bytes, kind: str, ocr) -> None:
+    """Starts OCR of a picture file before its turn (ocr.Ocr.read_ahead). A picture that cannot be
+    opened is left alone: `load` says why when its turn comes."""
+    if kind != "image" or ocr is None:
+        return
+    import pymupdf
+
+    try:
+        with pymupdf.open(stream=data) as picture:
+            if picture.page_count:
+                ocr.read_ahead(picture[0], _text_blocks)
+    except Exception:  # pymupdf raises several unrelated types for damaged files
+        pass
 
 
 def _image(data: bytes, kind: str, ocr=None) -> Document:

