@@ -265,6 +265,8 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
         out.print("models: " + "; ".join(f"{safe(r['name'])}: {safe(r['model'])}" for r in rows if r.get("model")))
     if rows:
         out.print(f"store: {safe(rows[0]['driver'])}")
+        if rows[0].get("ocr_reader"):
+            out.print(f"ocr: {safe(rows[0]['ocr_reader'])}")
     for row in rows:
         count = row.get("files_with_errors", 0) - row.get("waiting_for_ocr", 0)  # those are said below
         if count > 0:

@@ -99,9 +99,11 @@ def test_without_ocr_pictures_wait_and_status_says_how_to_enable_it(tree, make_k
         "waits for OCR: 1 scanned page", "waits for OCR: an image"]
     [row] = kb.status()
     assert row["waiting_for_ocr"] == 2 and "pip install 'hermes-knowledgebase[ocr]'" in row["ocr"]
+    assert row["ocr_reader"].startswith("none; install the `ocr` extra")
     monkeypatch.undo()
     [summary] = kb.index()  # nothing changed on disk: the waiting files are read because OCR is here now
-    assert summary.skipped == [] and "waiting_for_ocr" not in kb.status()[0]
+    [row] = kb.status()
+    assert summary.skipped == [] and "waiting_for_ocr" not in row and "Tesseract, languages eng" in row["ocr_reader"]
     assert len(kb.search("Rotterdam", k=5, mode="keyword").hits) == 2
 
 

@@ -351,6 +351,15 @@ def best_reader() -> str:
     return "tesserocr" if importlib.util.find_spec(READER_MODULES["tesserocr"]) is not None else "mupdf"
 
 
+def describe() -> str:
+    """What reads pictures of text on this machine, for `hermes kb status`."""
+    folder = tessdata_dir()
+    if folder is None:
+        return f"none; {HOW_TO_ENABLE}"
+    build = {"tesserocr": "tesserocr's Tesseract", "mupdf": "the Tesseract inside pymupdf"}[best_reader()]
+    return f"{build}, languages {languages_in(folder)} ({folder})"
+
+
 def engine(cache: Path | None) -> Ocr | None:
     """OCR as this machine can do it, or None (files needing it then wait, and status says so)."""
     folder = tessdata_dir()

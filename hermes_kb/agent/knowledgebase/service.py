@@ -629,10 +629,12 @@ class KnowledgeBase:
             if target is not None or not self.orphans():
                 raise
             directories = []  # nothing configured, but a first run under way (or cut short) is worth listing
+        ocr_reader = ocr_engine.describe()
         for directory in directories:
             path = self.index_path(directory)
             row = {"name": directory.name, "root": str(directory.path), "index_path": str(path),
-                   "indexed": False, "indexing": False, "driver": self.backend.describe(), "health": "ok"}
+                   "indexed": False, "indexing": False, "driver": self.backend.describe(), "ocr_reader": ocr_reader,
+                   "health": "ok"}
             try:
                 with self.backend.guarded(path, directory.name):
                     row["indexed"] = self.backend.exists(path)
