@@ -12,6 +12,7 @@ when every file the run indexes could be found by keyword search.
     python benchmarks/first_index.py --corpus repo    # only this repository
     python benchmarks/first_index.py --baseline dc031bb --runtimes onnxruntime,auto
     python benchmarks/first_index.py --corpus scifact600 --plain   # 600 abstracts, beside plain fastembed
+    python benchmarks/first_index.py --corpus scifact600 --plain --runtimes auto:off,auto   # both variants
 
 `--plain` adds the peers' path on the same files in the same run: a new process
 that imports fastembed, loads the same offline model (onnxruntime), reads every
@@ -19,7 +20,8 @@ file, sorts the texts by length and embeds them in batches of 64 (fastembed
 truncates each at 256 word pieces); "vs plain" is its wall time over ours.
 
 `--runtimes` indexes each corpus once per embedding runtime (onnxruntime was
-the only one before OpenVINO); `--baseline REV` also runs that commit's code
+the only one before OpenVINO), `auto:off` with int8 activations off (the
+variant before them, on a CPU where `auto` chooses them); `--baseline REV` also runs that commit's code
 (from a temporary git worktree, with its own defaults) in the same run, as the
 "before" row. The figures of a run over every corpus (the default
 `--corpus all`) also go to docs/figures/first_index.json, which benchmarks/chart.py draws.
@@ -96,7 +98,7 @@ def index_in_child(folder: Path, home: Path, code: Path = REPO, runtime: str | N
     `hermes kb index` process running the code at `code`."""
     home.mkdir(parents=True)
     if runtime:
-        (home / "config.yaml").write_text(json.dumps({"knowledgebase": {"embedding_model": {"runtime": runtime}}}))
+        (home / "config.yaml").write_text(json.dumps({"knowledgebase": {"embedding_model": model_settings(runtime)}}))
     env = {**os.environ, "HERMES_HOME": str(home), "PYTHONPATH": str(code)}
     started = time.perf_counter()
     samples: list[tuple[float, int]] = []
@@ -120,12 +122,19 @@ def index_in_child(folder: Path, home: Path, code: Path = REPO, runtime: str | N
     return summary, seconds, peak, first, every
 
 
-def runtime_used(runtime: str, scratch: Path) -> str:
-    """What `embedding_model.runtime: runtime` runs the default model on here, e.g. `openvino (f32)`."""
-    from hermes_kb.agent.knowledgebase.config import EmbeddingConfig
-    from hermes_kb.agent.knowledgebase.embeddings import LocalEmbedder
+def model_settings(runtime: str) -> dict[str, str]:
+    """`auto` or `auto:off` (runtime, then int8_activations) as embedding_model settings."""
+    name, _, int8 = runtime.partition(":")
+    return {"runtime": name, **({"int8_activations": int8} if int8 else {})}
 
-    return LocalEmbedder(EmbeddingConfig(runtime=runtime), scratch / "probe-home").runtime
+
+def runtime_used(runtime: str, scratch: Path) -> str:
+    """What a new index with these settings runs the default model on here, e.g. `openvino (f32)`."""
+    from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+    from hermes_kb.agent.knowledgebase.service import KnowledgeBase
+
+    config = parse_knowledgebase({"embedding_model": model_settings(runtime)})
+    return KnowledgeBase(config, scratch / f"probe-home-{runtime}").embedder().runtime
 
 
 @contextlib.contextmanager
@@ -144,7 +153,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--corpus", choices=("all", "scifact", "scifact600", "repo"), default="all")
     parser.add_argument("--plain", action="store_true", help="also time plain fastembed on each corpus's files")
-    parser.add_argument("--runtimes", default="auto", help="comma-separated embedding_model.runtime values")
+    parser.add_argument("--runtimes", default="auto", help="comma-separated embedding_model.runtime values, each "
+                        "with :on or :off for int8_activations (e.g. auto,auto:off)")
     parser.add_argument("--baseline", metavar="REV", help="also index with this commit's code, as the before row")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()

@@ -281,6 +281,8 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
             out.print(f"[yellow]warning:[/] {safe(row['vector_search'])}")
         if row.get("ocr"):
             out.print(f"[yellow]note:[/] {safe(row['ocr'])}")
+        if row.get("model_variant"):
+            out.print(f"note: {safe(row['model_variant'])}")
         if row.get("indexing"):
             continue  # the caches are rebuilt when the run under way ends: nothing for the user to run
         if row.get("vector_search", "ok") == "ok" and row.get("vector_cache") == "stale" and row.get("vectors"):

