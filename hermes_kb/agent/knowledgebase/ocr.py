@@ -1,9 +1,10 @@
 """Text from pictures, offline: scanned PDF pages and image files.
 
-The engine is Tesseract, in one of two builds (READERS): tesserocr's wheel (the `ocr` extra, 5.6 MB
-with its own libtesseract 5.5, built with Tesseract's SIMD kernels) reads a text-rich 300-dpi page in
-~1 s on one core; the Tesseract that pymupdf has built in (no new library, used where tesserocr is not
-installed) takes 2.3-3 s for the same page, and the same text. Either needs a language's trained data:
+The engine is Tesseract, in one of two builds (READERS): tesserocr's wheel (the `ocr` extra, 34 MB
+with its own libtesseract 5.5) reads a text-rich 300-dpi page in ~0.65 s on one core; the Tesseract
+that pymupdf has built in (no new library, used where tesserocr is not installed, e.g. on macOS)
+takes ~1.8 s for the same page, at a slightly lower error rate (1.3% against 1.8% of characters on
+printed prose; docs/benchmarks.md, "OCR"). Either needs a language's trained data:
 the `ocr` extra brings English (tessdata_fast, 4 MB, Apache-2.0), and Debian's `tesseract-ocr-eng`,
 `tesseract-ocr-chi-sim` ... packages, or any folder named by TESSDATA_PREFIX, serve as well.
 RapidOCR (rapidocr-onnxruntime 1.4.4) was measured first: it needs OpenCV (85 MB) beside onnxruntime
