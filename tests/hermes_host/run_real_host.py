@@ -319,7 +319,7 @@ def through_gateway(venv: Path, env: dict, work: Path) -> None:
     for refused in ("/kb index /etc/apt", "/kb clear kb --yes", "/kb status /etc", "/kb index ~"):
         check("gateway_full_access" in (seen[refused]["reply"] or ""), f"a member's `{refused}` is refused", seen[refused])
     status = seen["/kb status"]["reply"] or ""
-    check("kb" in status and "apt" not in status, "nothing was added or cleared by the member", status)
+    check("kb" in status and "/etc/apt" not in status, "nothing was added or cleared by the member", status)
 
 
 class Terminal:
