@@ -87,9 +87,12 @@ def test_identifiers_match_by_their_parts_and_keep_exact_matches(tree, make_kb):
 
 @pytest.mark.parametrize("common", [False, True])
 def test_the_exact_pass_finds_the_same_chunks_with_or_without_the_phrase_query(tree, make_kb, monkeypatch, common):
-    """A literal whose terms few chunks hold together is checked in those chunks' text; one whose every
-    term is common goes to FTS5's phrase query. Either way the same chunks are marked exact."""
+    """A literal whose terms few chunks hold together is checked in those chunks' text. Otherwise a
+    whole query taken literally is checked in the text of the chunks the keyword pass ranked first (a
+    phrase query over every word of it costs most of a search at 1M chunks), and a quoted phrase goes
+    to FTS5's phrase query. Either way the same chunks are marked exact."""
     from hermes_kb.agent.knowledgebase import store
+    from hermes_kb.agent.knowledgebase.keyword_cache import KeywordCache
 
     word = "ordinary" if common else "zeppelinx"
     docs = {**filler(60, "An ordinary deployment note: train the release, restart after the ordinary run."),
@@ -102,15 +105,18 @@ def test_the_exact_pass_finds_the_same_chunks_with_or_without_the_phrase_query(t
     monkeypatch.setattr(store.IndexStore, "keyword_phrase",
                         lambda self, literal, k: phrases.append(literal) or original(self, literal, k))
     query = f"restart the {word} release train"
-    hits = kb.search(query, k=5, mode="keyword").hits
-    assert [h.path for h in hits if "exact" in h.found_by] == ["yes.md"]
-    assert bool(phrases) == common  # with a rare word, no phrase query at all
-    from hermes_kb.agent.knowledgebase.keyword_cache import KeywordCache
+    quoted = f'"{word} release" restart'
 
-    monkeypatch.setattr(KeywordCache, "holders_of_all_terms", lambda *_: None)  # everything through FTS5 now
+    def exact(text: str) -> list[str]:
+        return [h.path for h in kb.search(text, k=5, mode="keyword").hits if "exact" in h.found_by]
+
+    assert exact(query) == ["yes.md"] and exact(quoted) == ["yes.md"]
+    # With a rare word the keyword copy shows which chunks hold the words: no phrase query at all.
+    assert phrases == ([f"{word} release"] if common else [])
     phrases.clear()
-    assert [h.path for h in kb.search(query, k=5, mode="keyword").hits if "exact" in h.found_by] == ["yes.md"]
-    assert phrases
+    monkeypatch.setattr(KeywordCache, "holders_of_all_terms", lambda *_: None)  # as if every term were common
+    assert exact(query) == ["yes.md"] and phrases == []  # the whole query: the ranked chunks' text
+    assert exact(quoted) == ["yes.md"] and phrases == [f"{word} release"]  # a quoted phrase: FTS5
 
 
 def test_a_quoted_name_in_a_pasted_error_does_not_outrank_the_answer(tree, make_kb):

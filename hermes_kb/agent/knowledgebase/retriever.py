@@ -398,10 +398,15 @@ def _mark_exact(source: SearchSource, query: str, by_id: dict[int, _Candidate], 
 
     When the keyword copy shows that at most EXACT_DEPTH chunks hold all of the literal's terms, their
     text is checked directly: the same chunks FTS5 would return, without its phrase query, which walks
-    the posting lists of every word of a long query (1.1 ms of 2.8 at 100k chunks)."""
+    the posting lists of every word of a long query (1.1 ms of 2.8 at 100k chunks). Otherwise a whole
+    query taken literally (a pasted message) is looked for in the text of the chunks the keyword pass
+    ranked first, which hold its words: FTS5's phrase query over it took 80-160 ms at 1M chunks
+    (docs/benchmarks.md), most of a search, to find a pasted message that is rarely there."""
     for literal in literals(query):
         ids = source.keywords.holders_of_all_terms(literal, EXACT_DEPTH, source.languages) if source.keywords else None
-        if ids is None:
+        if ids is None and len(literal.split()) >= WHOLE_QUERY_WORDS:
+            ids = list(bm25)[:EXACT_DEPTH]  # ranked best first
+        elif ids is None:
             ids = [chunk_id for chunk_id, _ in source.store.keyword_phrase(literal, EXACT_DEPTH)]
         if allowed is not None:
             ids = [chunk_id for chunk_id, kept in zip(ids, np.isin(ids, allowed)) if kept]
