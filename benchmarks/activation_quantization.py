@@ -1,13 +1,13 @@
-"""OpenVINO's dynamic int8 quantization of activations: speed, cosine and retrieval quality beside today's default.
+"""OpenVINO's dynamic int8 quantization of activations: speed, cosine and retrieval quality beside the plain variant.
 
-The default compiles the offline model with activation quantization off (bf16 or
-f32 arithmetic over its int8 weights). On a CPU with int8 dot products (AVX512-VNNI,
-AMX-INT8) OpenVINO can quantize each token's activations in groups of
-DYNAMIC_QUANTIZATION_GROUP_SIZE at run time and multiply in int8. This measures
-that lever on what `hermes kb index` embeds (the windows of the first 600 SciFact
-abstracts, length-sorted batches of embedding_model.batch_size), then, with
-`--quality`, nDCG@10 through the product's evaluation on each collection given
-(each in a scratch HERMES_HOME per setting, so nothing is reused across them).
+The offline model's plain variant (`onnx-int8`) runs bf16 or f32 arithmetic over its int8
+weights; its int8-activations variant (`onnx-int8-dq128`, the default for new indexes on CPUs
+with VNNI/AMX-INT8 and bf16) has OpenVINO quantize each token's activations in groups of
+openvino_runtime.ACTIVATION_GROUP at run time and multiply in int8. This measures that lever per
+group size on what `hermes kb index` embeds (the windows of the first 600 SciFact abstracts,
+length-sorted batches of embedding_model.batch_size), then, with `--quality`, nDCG@10 through the
+product's evaluation on each collection given (each in a scratch HERMES_HOME per setting, so
+nothing is reused across them).
 
     python benchmarks/activation_quantization.py --groups 0,32,64
     python benchmarks/activation_quantization.py --groups 0,32 --quality ../shared/eval/scifact,../shared/eval/xquad/en
