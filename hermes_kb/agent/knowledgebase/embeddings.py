@@ -205,7 +205,7 @@ class LocalEmbedder:
         self.batch_size = config.batch_size
         group = 0
         if int8_activations:
-            if variant != OFFLINE_VARIANT or config.runtime == "onnxruntime" or not openvino_runtime.available():
+            if variant != OFFLINE_VARIANT or not runs_variant(config, INT8_ACTIVATIONS_VARIANT):
                 raise EmbeddingError(f"The index was embedded with int8 activations ({INT8_ACTIVATIONS_VARIANT}), "
                                      f"which only OpenVINO runs; `pip install openvino` (with embedding_model.runtime "
                                      f"auto), or re-embed it with `hermes kb index NAME --full`.")
@@ -402,7 +402,7 @@ def runs_variant(config: EmbeddingConfig, variant: str) -> bool:
 def new_index_variant(config: EmbeddingConfig, base_variant: str) -> str:
     """The variant a new (or `--full`) index of this model gets on this machine: int8 activations
     where the CPU pays for them and OpenVINO runs the offline default, else the model's own."""
-    if base_variant == OFFLINE_VARIANT and config.int8_activations != "off" and config.runtime != "onnxruntime" \
-            and openvino_runtime.available() and (config.int8_activations == "on" or openvino_runtime.int8_activations_pay()):
+    if base_variant == OFFLINE_VARIANT and config.int8_activations != "off" and runs_variant(config, INT8_ACTIVATIONS_VARIANT) \
+            and (config.int8_activations == "on" or openvino_runtime.int8_activations_pay()):
         return INT8_ACTIVATIONS_VARIANT
     return base_variant

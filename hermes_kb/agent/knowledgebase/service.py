@@ -168,26 +168,36 @@ class KnowledgeBase:
         """The model a directory (default: the knowledgebase) is embedded with, in `variant` (default:
         a new index's), loaded once, even when a background index run and a chat's search both ask first."""
         config = self.config.embedding if directory is None else self.config.embedding_for(directory)
-        injected = self._embedder_factory if config == self.config.embedding else None
-        key = (config, None if injected else variant or self._expected_identity(config)[1])
+        injected = self._injected(config)  # asked for its identity, never predicted: no variant to choose
+        key = self._embedder_key(config, None if injected else variant or self._expected_identity(config)[1])
         with self._embedder_lock:
             if key not in self._embedders:
-                self._embedders[key] = injected() if injected else embeddings.create_embedder(config, self.hermes_home, key[1])
+                self._embedders[key] = (self._embedder_factory() if injected
+                                        else embeddings.create_embedder(config, self.hermes_home, key[1]))
             return self._embedders[key]
+
+    def _injected(self, config: embeddings.EmbeddingConfig) -> bool:
+        """Whether this model is the one handed to the knowledgebase (tests, benchmarks): it is what it
+        is, one variant, asked rather than predicted."""
+        return self._embedder_factory is not None and config == self.config.embedding
+
+    def _embedder_key(self, config: embeddings.EmbeddingConfig, variant: str | None) -> tuple:
+        """Where a loaded model is kept: by model and variant (an injected model has one)."""
+        return config, None if self._injected(config) else variant
 
     def _serving_identity(self, directory: DirectoryConfig, indexed: embeddings.ModelIdentity | None) -> tuple[str, str]:
         """(model id, variant) an index with vectors of `indexed` is searched and updated with (kept_variant)."""
         config = self.config.embedding_for(directory)
         new = self._expected_identity(config)
-        if self._embedder_factory is not None and config == self.config.embedding:
-            return new  # an injected model is what it is
+        if self._injected(config):
+            return new
         return kept_variant(config, new, indexed)
 
     def _expected_identity(self, config: embeddings.EmbeddingConfig) -> tuple[str, str]:
         """(model id, variant) a new index of this model gets, without loading the model where its
         configuration says (an injected one is asked)."""
         if config not in self._expected_identities:
-            if self._embedder_factory is not None and config == self.config.embedding:
+            if self._injected(config):
                 identity = self.embedder().identity
                 self._expected_identities[config] = (identity.model_id, identity.variant)
             else:
@@ -326,8 +336,8 @@ class KnowledgeBase:
             self._copies[(kind, index_path)] = copy
         return copy
 
-    def _refusal(self, directory: DirectoryConfig, store: IndexStore) -> str | None:
-        indexed = store.model_identity()
+    def _refusal(self, directory: DirectoryConfig, store: IndexStore, indexed: embeddings.ModelIdentity | None) -> str | None:
+        """Why vector search is off for an index whose vectors are `indexed` (store.model_identity()), or None."""
         if indexed is None:
             return None
         if not store.has_window_vectors():
@@ -339,9 +349,7 @@ class KnowledgeBase:
             return f"Vector search is off: {exc}"
         if (indexed.model_id, indexed.variant) != (model_id, variant):
             return mismatch_message(directory.name, indexed, f"{model_id} ({variant})")
-        config = self.config.embedding_for(directory)
-        injected = self._embedder_factory is not None and config == self.config.embedding
-        loaded = self._embedders.get((config, None if injected else variant))
+        loaded = self._embedders.get(self._embedder_key(self.config.embedding_for(directory), variant))
         if loaded is not None and loaded.identity != indexed:
             return mismatch_message(directory.name, indexed, loaded.identity)
         return None
@@ -479,9 +487,10 @@ class KnowledgeBase:
             if directory is not None:
                 raise KnowledgebaseError(f"{target.name} is not indexed yet; run `hermes kb index {directory}`.")
             return None
-        refusal = self._refusal(target, store)
+        indexed = store.model_identity()
+        refusal = self._refusal(target, store, indexed)
         try:
-            variant = self._serving_identity(target, store.model_identity())[1]
+            variant = self._serving_identity(target, indexed)[1]
         except EmbeddingError:
             variant = ""  # the refusal says why: its vectors are not searched
         key = (self.config.embedding_for(target), variant)
@@ -698,7 +707,7 @@ class KnowledgeBase:
             row.update(store.counts())
             identity = store.model_identity()
             row["model"] = f"{identity.model_id} ({identity.variant}, {identity.dim}d)" if identity else None
-            row["vector_search"] = self._refusal(directory, store) or "ok"
+            row["vector_search"] = self._refusal(directory, store, identity) or "ok"
             if identity is not None and row["vector_search"] == "ok":
                 row.update(self._variant_advice(directory, identity))
             if store.reembed_pending():
