@@ -7,7 +7,8 @@ openvino_runtime.ACTIVATION_GROUP at run time and multiply in int8. This measure
 group size on what `hermes kb index` embeds (the windows of the first 600 SciFact abstracts,
 length-sorted batches of embedding_model.batch_size), then, with `--quality`, nDCG@10 through the
 product's evaluation on each collection given (each in a scratch HERMES_HOME per setting, so
-nothing is reused across them).
+nothing is reused across them), the index embedded in the variant and its queries in the plain
+variant, as `hermes kb search` embeds them (embeddings.query_variant).
 
     python benchmarks/activation_quantization.py --groups 0,32,64
     python benchmarks/activation_quantization.py --groups 0,32 --quality ../shared/eval/scifact,../shared/eval/xquad/en
@@ -76,7 +77,10 @@ def main() -> None:
                    f"{off[0] / seconds:.2f}x", f"{cosine.min():.5f} / {cosine.mean():.6f}",
                    f"{(short * off[2]).sum(axis=1).min():.5f}"]
             for folder in collections:
-                result = evaluate(folder, parse_knowledgebase({}), home, embedder_factory=lambda: model)
+                # The product's own models (the variant's for the index, the plain one for queries:
+                # embeddings.query_variant), not `model` injected, which would embed queries too.
+                setting = {"embedding_model": {"int8_activations": "on" if group else "off"}}
+                result = evaluate(folder, parse_knowledgebase(setting), home / folder.name)
                 scores = {s.name: s.metrics["ndcg@10"] for s in result.systems}
                 row.append(f"{scores['vector']:.4f} / {scores['hybrid (weighted)']:.4f}")
             rows.append(row)

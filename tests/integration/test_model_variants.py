@@ -5,7 +5,7 @@ index's variant says why while keyword search goes on."""
 
 import pytest
 
-from hermes_kb.agent.knowledgebase import openvino_runtime
+from hermes_kb.agent.knowledgebase import embeddings, openvino_runtime
 from hermes_kb.agent.knowledgebase.config import ConfigError, EmbeddingConfig, parse_knowledgebase
 from hermes_kb.agent.knowledgebase.embeddings import INT8_ACTIVATIONS_VARIANT, OFFLINE_VARIANT, ModelIdentity
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase, kept_variant
@@ -91,3 +91,17 @@ def test_an_index_of_int8_activations_on_onnxruntime_refuses_vectors_in_one_sent
     assert "--full" in row["vector_search"] and "\n" not in row["vector_search"]
     result = elsewhere.search("4271", k=3)
     assert [h.path for h in result.hits][:1] == ["deploy.md"]  # keyword search goes on
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(not openvino_runtime.available(), reason="int8 activations run on OpenVINO")
+def test_queries_of_an_int8_activations_index_are_embedded_by_the_plain_variant(tree, hermes_home, monkeypatch):
+    root = tree(NOTES)
+    knowledgebase(root, hermes_home, int8_activations="on").index()
+    loaded, create = [], embeddings.create_embedder
+    monkeypatch.setattr(embeddings, "create_embedder",
+                        lambda config, home, variant=None: loaded.append(variant) or create(config, home, variant))
+    searching = knowledgebase(root, hermes_home, int8_activations="on")
+    assert [h.path for h in searching.search("how do we ship to production", k=1, mode="vector").hits] == ["deploy.md"]
+    assert loaded == [OFFLINE_VARIANT]  # one short text gains nothing from int8 activations, and loses a little
+    assert searching.status()[0]["model"] == f"{MODEL} ({INT8_ACTIVATIONS_VARIANT}, 384d)"

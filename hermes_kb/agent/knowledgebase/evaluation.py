@@ -166,16 +166,10 @@ def evaluate(dataset_dir: Path, config: KnowledgebaseConfig, hermes_home: Path, 
                           corpus={d: dataset.corpus[d] for d in [*relevant, *distractors]})
     names, config = workspace(dataset, config, hermes_home, limit)
     config = replace(config, min_score=0.0)
-    shared: dict[str, Embedder] = {}
-
-    def shared_embedder() -> Embedder:
-        """One model for the index and every system compared; each search still embeds its query."""
-        if "embedder" not in shared:
-            shared["embedder"] = embedder_factory() if embedder_factory else KnowledgeBase(config, hermes_home).embedder()
-        return shared["embedder"]
-
     on_progress(f"indexing {len(dataset.corpus)} documents")
-    kb = KnowledgeBase(config, hermes_home, embedder_factory=shared_embedder)
+    # The models the index is embedded with serve every system compared (each search still embeds its
+    # query, in the variant the product queries that index with: embeddings.query_variant).
+    kb = KnowledgeBase(config, hermes_home, embedder_factory=embedder_factory)
     corpus = config.directories[0].name  # only it: folders indexed by path in this home must not join the runs
     summary = kb.index(corpus)[0]
     chunks = kb.status(corpus)[0]["chunks"]
@@ -183,7 +177,7 @@ def evaluate(dataset_dir: Path, config: KnowledgebaseConfig, hermes_home: Path, 
     results = []
     for name in systems:
         mode, fusion = SYSTEMS[name]
-        system_kb = KnowledgeBase(replace(config, fusion=fusion), hermes_home, embedder_factory=shared_embedder)
+        system_kb = kb.reconfigured(replace(config, fusion=fusion))
         on_progress(f"querying: {name}")
         run, timings = {}, []
         for query_id, text in dataset.queries.items():

@@ -155,6 +155,14 @@ class KnowledgeBase:
         self._readers: dict[tuple[Path, int], tuple[tuple[int, int], IndexStore]] = {}
         self._file_tables: dict[Path, FileTable] = {}  # filters.FileTable of each index searched with a filter
 
+    def reconfigured(self, config: KnowledgebaseConfig) -> "KnowledgeBase":
+        """This knowledgebase under another configuration (evaluation compares fusions over one index),
+        sharing the models it has loaded: each takes seconds to load and tens of MB to hold."""
+        other = KnowledgeBase(config, self.hermes_home, self._embedder_factory)
+        other._embedders, other._expected_identities, other._embedder_lock = \
+            self._embedders, self._expected_identities, self._embedder_lock
+        return other
+
     # --- helpers --------------------------------------------------------------------------
     def query_model(self, query: str, directory: DirectoryConfig | None = None, variant: str | None = None) -> QueryModel:
         """The query as a directory's model reads it: its vector and the share of it the model
@@ -493,9 +501,9 @@ class KnowledgeBase:
             variant = self._serving_identity(target, indexed)[1]
         except EmbeddingError:
             variant = ""  # the refusal says why: its vectors are not searched
-        key = (self.config.embedding_for(target), variant)
+        key = (self.config.embedding_for(target), embeddings.query_variant(variant))
         if key not in models:
-            models[key] = self.query_model(query, target, variant or None)
+            models[key] = self.query_model(query, target, key[1] or None)
         model = models[key]
         if self.backend.shared:
             self._catch_up_keywords(path, store)
