@@ -36,6 +36,7 @@ language (benchmarks/data/offtopic_everyday/<language>.txt).
     python benchmarks/injection_gate.py                 # choose, confirm, append to docs/benchmarks.md
     python benchmarks/injection_gate.py --set relevance_threshold=0.8 --no-write
     python benchmarks/injection_gate.py --languages --questions 300
+    python benchmarks/injection_gate.py --languages --only xquad --set embedding_model=multilingual --no-write
 """
 
 from __future__ import annotations
@@ -114,8 +115,9 @@ def lines_of(path: Path) -> list[str]:
 
 
 def collections(dataset: Path, overrides: dict, home: Path, offtopic: list[str],
-                languages: int | None = None) -> dict[str, Collection]:
-    """Every collection measured; `languages`: how many questions of each XQuAD language to add."""
+                languages: int | None = None, only: str = "") -> dict[str, Collection]:
+    """Every collection measured whose name holds `only`; `languages`: how many questions of each
+    XQuAD language to add."""
     config = parse_knowledgebase(overrides)
     found: dict[str, Collection] = {}
     embedder = None
@@ -124,6 +126,8 @@ def collections(dataset: Path, overrides: dict, home: Path, offtopic: list[str],
         beir += [(folder, "test", f"xquad {folder.name}", languages) for folder in sorted(XQUAD.iterdir())
                  if (folder / "corpus.jsonl").is_file()]
     for root, split, name, first in beir:
+        if only not in name:
+            continue
         data = load_dataset(root, split)
         names, run_config = workspace(data, config, home)  # the index benchmarks/retrieval.py built
         kb = KnowledgeBase(run_config, home, embedder_factory=embedder)
@@ -136,6 +140,8 @@ def collections(dataset: Path, overrides: dict, home: Path, offtopic: list[str],
         found[name] = Collection(name, kb, [data.queries[q] for q in asked],
                                  [{by_name[d] for d in data.qrels[q]} for q in asked], offtopic + own, len(own))
     for name, (folder, questions, extra) in DOCS.items():
+        if only not in name:
+            continue
         if not folder.is_dir():
             print(f"{folder} is missing: {name} skipped", file=sys.stderr)
             continue
@@ -161,18 +167,21 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--languages", action="store_true", help="add every XQuAD language as a collection")
     parser.add_argument("--questions", type=int, default=300, help="questions per XQuAD language")
+    parser.add_argument("--only", default="", help="measure only the collections whose name holds this (e.g. xquad); "
+                                                   "without SciFact train the configured threshold is confirmed, none chosen")
     args = parser.parse_args()
     overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
     config = parse_knowledgebase(overrides)
     k = config.max_context_chunks + 1
     found = collections(args.dataset, overrides, hermes_home(), lines_of(OFFTOPIC),
-                        args.questions if args.languages else None)
+                        args.questions if args.languages else None, args.only)
     hooks = {name: AutoRetriever(c.kb, c.kb.config) for name, c in found.items()}
     measured = {name: ([seen(hooks[name], q, a, k) for q, a in zip(c.questions, c.answers)],
                        [seen(hooks[name], q, set(), k) for q in c.offtopic]) for name, c in found.items()}
     train = f"{args.dataset.name} train"
     chosen = next((t for t in GRID if rates(*measured[train], t)[2] >= MIN_BLOCK_PRECISION
-                   and all(rates(*m, t)[3] <= MAX_FALSE_RATE for m in measured.values())), GRID[-1])
+                   and all(rates(*m, t)[3] <= MAX_FALSE_RATE for m in measured.values())), GRID[-1]) \
+        if train in measured else config.relevance_threshold
     rows = []
     for threshold in GRID:
         row = [threshold]

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 VERBS = ("index", "search", "status", "clear", "doctor", "eval")
 CHAT_WATCH_HINT = "In the chat, set knowledgebase.watch_for_changes: true to keep indexes fresh while you talk."
+ALSO_IN_SHOWN = 3  # places named under a hit whose text repeats elsewhere (all of them in --json)
 
 
 class UsageError(Exception):
@@ -156,6 +157,10 @@ def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
                   f"  [dim](score {hit.score:.3f}, {'+'.join(hit.found_by)})[/]{heading}", highlight=False)
         for line in snippet_text(hit.snippet):
             out.print(line, highlight=False, soft_wrap=True)
+        if hit.also_in:
+            more = f" and {len(hit.also_in) - ALSO_IN_SHOWN} more" if len(hit.also_in) > ALSO_IN_SHOWN else ""
+            out.print(f"    [dim]the same text is also in {safe(', '.join(hit.also_in[:ALSO_IN_SHOWN]))}{more}[/]",
+                      highlight=False)
     return 0
 
 

@@ -418,8 +418,9 @@ def test_a_role_without_rights_on_an_index_gets_sentences_not_tracebacks(tree, t
 
 
 def test_chunks_deleted_elsewhere_do_not_crowd_out_the_rest_of_a_delta_search(tree, tmp_path, postgres_database):
-    docs = tree({**{f"short{i}.md": "canary canary canary\n" for i in range(60)},
-                 **{f"keep{i}.md": "The canary " + " ".join(f"filler{j}" for j in range(80)) + "\n" for i in range(5)}})
+    # Each text its own: identical ones would be one hit (Hit.also_in).
+    docs = tree({**{f"short{i}.md": f"canary canary canary short{i}\n" for i in range(60)},
+                 **{f"keep{i}.md": f"The canary keep{i} " + " ".join(f"filler{j}" for j in range(80)) + "\n" for i in range(5)}})
     writer = host(tmp_path / "a", postgres_database, docs)
     reader = host(tmp_path / "b", postgres_database, docs)
     writer.index()

@@ -89,3 +89,49 @@ def test_stylesheets_and_pictures_are_not_indexed(tree, make_kb):
     kb = make_kb(root)
     summary = kb.index()[0]
     assert summary.added == 1
+
+
+# npm's docs repeat each shared option verbatim on every command page that takes it (448 of 1,308
+# chunks): one search listed the same block from five pages and pushed the page that answers down.
+FUND_OPTION = "#### `fund`\n\n* Default: true\n* Type: Boolean\n\nWhen true, display the message at the end of each install saying how many packages are looking for funding.\n"
+NPM_LIKE = {
+    **{f"commands/npm-{name}.md": f"# npm-{name}\n\n## Description\n\n{about} " + " ".join(f"{name}{j}" for j in range(250))
+       + f"\n\n## Configuration\n\n{FUND_OPTION}"
+       for name, about in (("ci", "Clean install a project."), ("dedupe", "Reduce duplication in the package tree."),
+                           ("link", "Symlink a package folder."), ("update", "Update packages."))},
+    "commands/npm-fund.md": "# npm-fund\n\nRetrieve funding information: list which dependencies are looking for "
+                            "funding, with the URLs where their maintainers accept it.\n",
+}
+
+
+def test_a_block_repeated_verbatim_across_pages_is_one_hit_naming_the_others(tree, make_kb, hermes_home, stub_embedder):
+    import json
+
+    from rich.console import Console
+
+    from hermes_kb.hermes_cli.kb_command import run_kb
+    from hermes_kb.tools.knowledgebase_tool import register_knowledgebase_tools
+    from hermes_kb.tools.registry import ToolRegistry
+
+    root = tree(NPM_LIKE)
+    kb = make_kb(root)
+    kb.index()
+    for mode in ("keyword", "hybrid"):
+        hits = kb.search("which dependencies are looking for funding", k=5, mode=mode).hits
+        repeated = [h for h in hits if "`fund`" in h.text]
+        assert len(repeated) == 1 and len(repeated[0].also_in) == 3, mode  # one hit for the four copies
+        assert {p.split(":")[1] for p in repeated[0].also_in} | {repeated[0].path} == \
+            {f"commands/npm-{n}.md" for n in ("ci", "dedupe", "link", "update")}
+        assert "commands/npm-fund.md" in [h.path for h in hits[:2]], mode
+
+    out = Console(record=True, width=200)
+    assert run_kb(["search", "funding", "--mode", "keyword"], lambda: kb, out, Console(record=True), confirm=lambda _: False) == 0
+    assert "the same text is also in" in out.export_text() and "3 more" not in out.export_text()
+    out = Console(record=True, width=200)
+    run_kb(["search", "funding", "--mode", "keyword", "--json"], lambda: kb, out, Console(record=True), confirm=lambda _: False)
+    assert sorted(len(h["also_in"]) for h in json.loads(out.export_text())["hits"]) == [0, 3]
+
+    registry = ToolRegistry()
+    register_knowledgebase_tools(registry, lambda: kb, lambda: kb.config)
+    found = json.loads(registry.dispatch("kb_search", json.dumps({"query": "funding", "mode": "keyword"})))["hits"]
+    assert sorted(len(h.get("also_in", [])) for h in found) == [0, 3]

@@ -144,6 +144,9 @@ class Hit:
     stale: bool = False  # the file changed on disk after it was indexed
     query_words: tuple[str, ...] = ()  # the query's words (stopwords left out), which the snippet marks
     languages: tuple[str, ...] = ()  # the stemmers its index recorded, which the snippet stems in
+    # The same text found in other places ("directory:path:start-end", or "... page 3"), ranked below this one and not
+    # listed again: a docs site repeats blocks verbatim (every npm command page its shared options).
+    also_in: list[str] = field(default_factory=list)
 
     @functools.cached_property
     def snippet(self) -> Snippet:
@@ -527,6 +530,7 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
     rows: dict[tuple[str, int], object] = {}
     kept: list[Hit] = []
     spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    by_text: dict[str, Hit] = {}  # each text shown once, see Hit.also_in
     tokens = 0
     shown_terms = tuple(query_terms(query))
     step = max(16, 2 * options.k)  # rows fetched at a time: most searches need only the first window
@@ -547,6 +551,12 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
             taken = spans.setdefault((candidate.source.key, row.path), [])
             if any(s <= row.end_line and row.start_line <= e for s, e in taken):
                 continue  # an overlapping chunk of this file already ranks higher
+            text_key = " ".join(row.text.split())
+            same = by_text.get(text_key)
+            if same is not None:
+                where = f" {part_label(row.kind, row.page)}" if row.page else f":{row.start_line}-{row.end_line}"
+                same.also_in.append(f"{candidate.source.name}:{row.path}{where}")
+                continue
             size = estimate_tokens(row.text) if options.max_tokens is not None else 0
             if options.max_tokens is not None and kept and tokens + size > options.max_tokens:
                 return _finish(result, kept)
@@ -561,6 +571,7 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
                 found_by=candidate.found_by + ["ocr"] * row.recognised, chunk_id=candidate.chunk_id, content_hash=row.content_hash,
                 stale=freshness == "stale", query_words=shown_terms, languages=candidate.source.languages,
             ))
+            by_text[text_key] = kept[-1]
         if len(kept) >= options.k or (window and window[-1][0] < options.min_score):
             break
     return _finish(result, kept)
