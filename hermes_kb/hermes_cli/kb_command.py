@@ -159,7 +159,7 @@ def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
             out.print(line, highlight=False, soft_wrap=True)
         if hit.also_in:
             more = f" and {len(hit.also_in) - ALSO_IN_SHOWN} more" if len(hit.also_in) > ALSO_IN_SHOWN else ""
-            out.print(f"    [dim]the same text is also in {safe(', '.join(hit.also_in[:ALSO_IN_SHOWN]))}{more}[/]",
+            out.print(f"    [dim]the same text is also in {safe(', '.join(place.label() for place in hit.also_in[:ALSO_IN_SHOWN]))}{more}[/]",
                       highlight=False)
     return 0
 

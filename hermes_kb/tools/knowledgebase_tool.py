@@ -116,7 +116,7 @@ def _search(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: 
         hits.append({"id": source_id, "directory": hit.directory, "path": hit.path, "cite": f"{hit.directory}/{hit.path}",
                      "location": location(hit), "lines": f"{hit.start_line}-{hit.end_line}", "page": hit.page, "part": hit.part,
                      "heading": hit.heading, "score": hit.score, "found_by": hit.found_by, "text": text,
-                     **({"also_in": hit.also_in} if hit.also_in else {})})
+                     **({"also_in": [place.label() for place in hit.also_in]} if hit.also_in else {})})
     return {"query": args["query"], "notice": UNTRUSTED, "hits": hits, "warnings": result.warnings}
 
 

@@ -64,3 +64,16 @@ def test_scifact_smoke_run_through_the_cli(hermes_home):
     assert report["queries"] == 5 and report["documents"] == 100
     systems = {s["name"]: s for s in report["systems"]}
     assert systems["hybrid (weighted)"]["ndcg@10"] > 0.5 and systems["keyword"]["recall@100"] > 0.5
+
+
+def test_a_duplicate_document_counts_where_the_search_shows_it(tmp_path, hermes_home, stub_embedder):
+    """A document word for word the same as another is one hit naming both (Hit.also_in); the
+    evaluation ranks both there, so a relevant copy is not lost for being the one not kept."""
+    dataset = write_beir(tmp_path / "tiny")
+    corpus = dataset / "corpus.jsonl"
+    corpus.write_text(corpus.read_text() + "\n" + json.dumps({"_id": "d5", "title": "Volcano", "text": "Lava flows from the volcano crater."}))
+    (dataset / "qrels" / "test.tsv").write_text("query-id\tcorpus-id\tscore\nq1\td1\t1\nq1\td5\t1\nq2\td2\t1\nq3\td/4\t1\n")
+    report = evaluate(dataset, parse_knowledgebase({}), hermes_home, embedder_factory=lambda: stub_embedder)
+    assert all(s.metrics["recall@10"] == 1.0 for s in report.systems if s.name == "keyword")
+    ranked = report.systems[0].runs["q1"]
+    assert {"d1", "d5"} <= set(ranked) and sorted(ranked.values(), reverse=True)[:2] == sorted((ranked["d1"], ranked["d5"]), reverse=True)

@@ -120,7 +120,7 @@ def test_a_block_repeated_verbatim_across_pages_is_one_hit_naming_the_others(tre
         hits = kb.search("which dependencies are looking for funding", k=5, mode=mode).hits
         repeated = [h for h in hits if "`fund`" in h.text]
         assert len(repeated) == 1 and len(repeated[0].also_in) == 3, mode  # one hit for the four copies
-        assert {p.split(":")[1] for p in repeated[0].also_in} | {repeated[0].path} == \
+        assert {p.path for p in repeated[0].also_in} | {repeated[0].path} == \
             {f"commands/npm-{n}.md" for n in ("ci", "dedupe", "link", "update")}
         assert "commands/npm-fund.md" in [h.path for h in hits[:2]], mode
 
@@ -135,3 +135,4 @@ def test_a_block_repeated_verbatim_across_pages_is_one_hit_naming_the_others(tre
     register_knowledgebase_tools(registry, lambda: kb, lambda: kb.config)
     found = json.loads(registry.dispatch("kb_search", json.dumps({"query": "funding", "mode": "keyword"})))["hits"]
     assert sorted(len(h.get("also_in", [])) for h in found) == [0, 3]
+    assert all(place.startswith("docs:commands/npm-") for h in found for place in h.get("also_in", []))

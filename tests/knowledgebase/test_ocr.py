@@ -89,7 +89,8 @@ def test_a_page_is_recognised_once_whatever_the_file_is_called(tree, make_kb, mo
     kb.index()
     assert calls == [1]  # a --full run, a rename and a duplicate reuse the recognised page
     [hit] = kb.search("Rotterdam", k=5, mode="keyword").hits  # the same text twice is one hit
-    assert {hit.path, *(place.split(":")[1].split()[0] for place in hit.also_in)} == {"renamed.pdf", "copy.pdf"}
+    assert {hit.path, *(place.path for place in hit.also_in)} == {"renamed.pdf", "copy.pdf"}
+    assert hit.also_in[0].label().endswith(".pdf page 1")
 
 
 def test_without_ocr_pictures_wait_and_status_says_how_to_enable_it(tree, make_kb, monkeypatch):

@@ -137,10 +137,11 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def doc_ranking(hits, names: dict[str, str]) -> dict[str, float]:
-    """Best-chunk rank per document, as descending pseudo-scores ranx can sort."""
+    """Best-chunk rank per document, as descending pseudo-scores ranx can sort. The places a hit's
+    text is also found (a duplicate document) rank right after it: the user is shown them there."""
     ranking: dict[str, float] = {}
-    for hit in hits:
-        doc_id = names.get(hit.path)
+    for path in (place for hit in hits for place in (hit.path, *(p.path for p in hit.also_in))):
+        doc_id = names.get(path)
         if doc_id is not None and doc_id not in ranking:
             ranking[doc_id] = float(DOC_DEPTH * 10 - len(ranking))
             if len(ranking) >= DOC_DEPTH:

@@ -124,6 +124,22 @@ class SearchOptions:
     keyword_row_budget: int | None = None  # see affordable_terms
 
 
+@dataclass(frozen=True)
+class Place:
+    """Another place a hit's text is found, word for word (Hit.also_in)."""
+    directory: str
+    path: str
+    kind: str
+    start_line: int
+    end_line: int
+    page: int | None
+
+    def label(self) -> str:
+        """`directory:path:start-end`, or `directory:path page 3` for a format cited by parts."""
+        where = f" {part_label(self.kind, self.page)}" if self.page else f":{self.start_line}-{self.end_line}"
+        return f"{self.directory}:{self.path}{where}"
+
+
 @dataclass
 class Hit:
     directory: str
@@ -144,9 +160,9 @@ class Hit:
     stale: bool = False  # the file changed on disk after it was indexed
     query_words: tuple[str, ...] = ()  # the query's words (stopwords left out), which the snippet marks
     languages: tuple[str, ...] = ()  # the stemmers its index recorded, which the snippet stems in
-    # The same text found in other places ("directory:path:start-end", or "... page 3"), ranked below this one and not
-    # listed again: a docs site repeats blocks verbatim (every npm command page its shared options).
-    also_in: list[str] = field(default_factory=list)
+    # The same text found in other places, ranked below this one and not listed again: a docs site
+    # repeats blocks verbatim (every npm command page its shared options).
+    also_in: list[Place] = field(default_factory=list)
 
     @functools.cached_property
     def snippet(self) -> Snippet:
@@ -554,8 +570,7 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
             text_key = " ".join(row.text.split())
             same = by_text.get(text_key)
             if same is not None:
-                where = f" {part_label(row.kind, row.page)}" if row.page else f":{row.start_line}-{row.end_line}"
-                same.also_in.append(f"{candidate.source.name}:{row.path}{where}")
+                same.also_in.append(Place(candidate.source.name, row.path, row.kind, row.start_line, row.end_line, row.page))
                 continue
             size = estimate_tokens(row.text) if options.max_tokens is not None else 0
             if options.max_tokens is not None and kept and tokens + size > options.max_tokens:
