@@ -88,6 +88,9 @@ def test_a_notes_tags_and_date_are_its_metadata():
     assert meta.dated == dt.datetime(2026, 11, 20, 10).timestamp()  # the last change, not the creation
     plain = load(b"# Log\n\nFixed the #bug in `#define`.\n\n```\n#not-a-tag\n```\n", "markdown").metadata
     assert plain.tags == ("bug",) and plain.dated is None
+    linked = load(b'---\ntitle: package.json\n---\nSee [engines](#engines), <a href="#local-paths">paths</a>, '
+                  b"<a href='#bin'>bin</a> and the #release tag.\n", "markdown")
+    assert linked.metadata.tags == ("release",) and linked.text.startswith("# package.json · #release\n")  # not its links
     odd = load(b'---\ndate: 0001-01-01\nupdated: someday\ntags: ["two\\nlines", 7]\n---\nbody\n', "markdown").metadata
     assert odd.dated is None and odd.tags == ("two lines", "7")  # no date the clock cannot place; tags one line
 
@@ -190,7 +193,7 @@ def test_an_index_from_before_tags_gets_them_on_its_next_run_without_re_embeddin
     store = kb.backend.open(kb.index_path(directory), name=directory.name)
     store.conn.execute("ALTER TABLE files DROP COLUMN tags")
     store.conn.execute("ALTER TABLE files DROP COLUMN dated")
-    store.set_meta(chunker=store.meta("chunker").replace("v9:", "v8:"))  # as the previous release left it
+    store.set_meta(chunker=store.meta("chunker").replace("v10:", "v8:"))  # as the release before tags left it
     store.close()
     kb.forget(kb.index_path(directory))
     assert kb.search("quarterly report", tags=["finance"]).hits == []  # readable meanwhile, just untagged

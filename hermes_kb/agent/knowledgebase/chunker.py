@@ -31,9 +31,10 @@ from .config import ChunkingConfig
 if TYPE_CHECKING:  # a search reads chunks without loading the file readers
     from .loaders import Document
 
-CHUNKER_VERSION = 9  # 5: PDFs cut at pages and outline sections; 6: code cut at tree-sitter syntax units (code_units.py);
+CHUNKER_VERSION = 10  # 5: PDFs cut at pages and outline sections; 6: code cut at tree-sitter syntax units (code_units.py);
 # 7: HTML main content only, cited by the source file's lines; 8: notebooks, e-mail, tables, org-mode, LaTeX;
-# 9: notes' tags and dates kept as file metadata (filters.py); pieces counted per script (_TOKEN)
+# 9: notes' tags and dates kept as file metadata (filters.py); pieces counted per script (_TOKEN);
+# 10: a link to a part of a page (`[x](#x)`) is no inline tag
 VECTOR_WINDOW = 128  # estimated pieces per embedded window
 WINDOW_OVERLAP = 20
 MAX_WINDOWS = 32  # per chunk; a longer chunk (a large chunk_size) gets proportionally longer windows

@@ -244,7 +244,10 @@ def _table(data: bytes, kind: str) -> Document:
 # --- note vaults: front matter and tags -----------------------------------------------------------
 
 _FRONT_MATTER = re.compile(r"\A(---|\+\+\+)[ \t]*\r?\n(.*?)\r?\n\1[ \t]*(?:\r?\n|\Z)", re.S)
-_INLINE_TAG = re.compile(r"(?<![\w#&/`\[])#([^\W\d][\w/-]*)")
+# Not a tag: a heading's #s, an entity (&#39;), a URL's fragment, code, nor a link to a part of a
+# page, `[engines](#engines)` or `href="#engines"` (npm's docs: every chunk of package.json was
+# headed by "#engines #directoriesbin #local-paths").
+_INLINE_TAG = re.compile(r"""(?<![\w#&/`\[])(?<!\]\()(?<!=["'])#([^\W\d][\w/-]*)""")
 _H1 = re.compile(r"^# +(.+?)\s*#*\s*$", re.M)
 _FENCE = re.compile(r"^(```|~~~).*?^\1", re.M | re.S)
 MAX_FRONT_MATTER_CHARS = 64_000
