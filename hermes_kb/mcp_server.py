@@ -91,8 +91,10 @@ def _search_content(data: dict) -> tuple[str, dict]:
         hit["uri"] = file_uri(hit["directory"], hit["path"])
         where = hit.get("part") or f"lines {hit['lines']}"  # a PDF's lines mean nothing: its page
         heading = f" — {_label(hit['heading'])}" if hit.get("heading") else ""
-        lines += [f"[{hit['id']}] {_label(hit['directory'])}/{_label(hit['path'])} {where}{heading} "
-                  f"({hit['uri']})", quote_document(hit["text"].strip()), ""]
+        lines.append(f"[{hit['id']}] {_label(hit['directory'])}/{_label(hit['path'])} {where}{heading} ({hit['uri']})")
+        if hit.get("also_in"):
+            lines.append(f"(the same text is also in {', '.join(_label(place) for place in hit['also_in'])})")
+        lines += [quote_document(hit["text"].strip()), ""]
     if not data["hits"]:
         lines.append("No results.")
     lines += [f"warning: {w}" for w in data.get("warnings", [])]
