@@ -210,7 +210,7 @@ def test_english_from_the_extra_does_not_hide_chinese_installed_beside_it(tmp_pa
 
 
 @pytest.mark.parametrize("reader", [name for name in ocr.READERS
-                                    if ocr.importlib.util.find_spec(ocr.READER_MODULES[name]) is not None])
+                                    if ocr.importlib.util.find_spec(ocr.READERS[name].module) is not None])
 def test_each_build_of_tesseract_reads_a_scan_into_cited_lines(reader, tmp_path):
     from hermes_kb.agent.knowledgebase.loaders import load
 

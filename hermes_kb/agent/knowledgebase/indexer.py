@@ -201,7 +201,7 @@ class _Run:
         what = [f"{count} {name}{'s' * (count > 1)}" for count, name in
                 ((pictures, "picture"), (len(files) - pictures, "scanned PDF")) if count]
         self.progress.note(f"Reading {' and '.join(what)} by OCR, about "
-                           f"{ocr_engine.SECONDS_PER_PAGE[self.ocr.reader]} s a page on one core, "
+                           f"{ocr_engine.READERS[self.ocr.reader].seconds_per_page} s a page on one core, "
                            f"{self.ocr.pool.workers} at a time, unless recognised before "
                            f"(every other file is searchable already).")
 

@@ -43,8 +43,6 @@ DPI = 300  # Tesseract's own advice for printed text; 150 dpi was 1.5x faster an
 MAX_PAGE_PIXELS = 40_000_000  # a page is rendered at most this large (an A4 page at 300 dpi is 8.7M)
 MAX_IMAGE_PIXELS = 100_000_000  # a picture declaring more is refused unread: a decompression bomb
 SMALL_PICTURE_PIXELS = 4_000_000  # a picture file smaller than this is read at twice its pixels (screenshots)
-# A text-rich page at DPI on one core, by reader, rounded up from docs/benchmarks.md ("OCR"): for the run's notice.
-SECONDS_PER_PAGE = {"tesserocr": 1, "mupdf": 3}
 MIN_TEXT_CHARS = 20  # a PDF page with less text than this and a picture on it is recognised
 KEY_DPI = 24  # the rendering a page's cache key is hashed from
 WORKERS = 2  # OCR processes at most by default (one per core, fewer on fewer cores)
@@ -286,9 +284,9 @@ def _recognise(picture: Picture, reader: str, language: str, tessdata: str, bloc
     """In a worker: the picture's text as Tesseract reads it, as blocks. The reader's library is loaded
     before the memory limit is set: the limit bounds what a page costs, and a library the limit kept
     from loading would fail as an ImportError, not as the MemoryError it is."""
-    importlib.import_module(READER_MODULES[reader])
+    importlib.import_module(READERS[reader].module)
     _limit_memory(memory)
-    return [[block.top, block.bottom, list(block.lines)] for block in blocks_of(READERS[reader](picture, language, tessdata))]
+    return [[block.top, block.bottom, list(block.lines)] for block in blocks_of(READERS[reader].blocks(picture, language, tessdata))]
 
 
 def _mupdf_blocks(picture: Picture, language: str, tessdata: str) -> list[dict]:
@@ -343,13 +341,23 @@ def _tesserocr_blocks(picture: Picture, language: str, tessdata: str) -> list[di
     return blocks
 
 
-READERS: dict[str, Callable[[Picture, str, str], list[dict]]] = {"tesserocr": _tesserocr_blocks, "mupdf": _mupdf_blocks}
-READER_MODULES = {"tesserocr": "tesserocr", "mupdf": "pymupdf"}
+@dataclass(frozen=True)
+class Reader:
+    """One build of Tesseract: how it reads a picture into text blocks, the module it needs, and what
+    the run's notice and `hermes kb status` say of it."""
+    blocks: Callable[[Picture, str, str], list[dict]]
+    module: str
+    seconds_per_page: int  # a text-rich page at DPI on one core, rounded up from docs/benchmarks.md ("OCR")
+    name: str
+
+
+READERS = {"tesserocr": Reader(_tesserocr_blocks, "tesserocr", 1, "tesserocr's Tesseract"),
+           "mupdf": Reader(_mupdf_blocks, "pymupdf", 3, "the Tesseract inside pymupdf")}
 
 
 def best_reader() -> str:
     """tesserocr where it is installed (2.3-3x faster on the same pages), else pymupdf's own Tesseract."""
-    return "tesserocr" if importlib.util.find_spec(READER_MODULES["tesserocr"]) is not None else "mupdf"
+    return "tesserocr" if importlib.util.find_spec(READERS["tesserocr"].module) is not None else "mupdf"
 
 
 def describe() -> str:
@@ -357,8 +365,7 @@ def describe() -> str:
     folder = tessdata_dir()
     if folder is None:
         return f"none; {HOW_TO_ENABLE}"
-    build = {"tesserocr": "tesserocr's Tesseract", "mupdf": "the Tesseract inside pymupdf"}[best_reader()]
-    return f"{build}, languages {languages_in(folder)} ({folder})"
+    return f"{READERS[best_reader()].name}, languages {languages_in(folder)} ({folder})"
 
 
 def engine(cache: Path | None) -> Ocr | None:
