@@ -176,6 +176,80 @@ def query_terms(text: str, languages: Iterable[str] = (ENGLISH,)) -> list[str]:
     return list(dict.fromkeys(term for group in query_groups(text, languages) for term in group))
 
 
+# A query's words that are no evidence of what it asks about (question words, articles, auxiliaries):
+# question words are rare in the text that answers them, so their IDF outweighed the words asked about,
+# and a Chinese question's answer held 0.6 of its keyword evidence where an English one held 0.9.
+# English keeps the list fusion's constants were chosen with; every other language takes stopwords-iso's
+# list (58 languages; none for a language it lacks). Dropped on the query side only: the index keeps
+# every word, so a quoted phrase still finds "to be or not to be".
+ENGLISH_STOPWORDS = frozenset("""
+a about above after again all am an and any are as at be because been before being below between both but by
+can could did do does doing down during each few for from further had has have having he her here hers him his
+how i if in into is it its itself just me more most my no nor not now of off on once only or other our ours out
+over own same she should so some such than that the their theirs them then there these they this those through
+to too under until up very was we were what when where which while who whom why will with would you your yours
+s t d ll m re ve
+""".split())
+
+
+# Snowball's names -> ISO 639-1, the codes stopwordsiso files its lists under.
+_ISO = {name: code for code, name in LATIN_LANGUAGES.items() if name != ENGLISH} | {
+    "russian": "ru", "arabic": "ar", "greek": "el", "hindi": "hi", "tamil": "ta", "armenian": "hy"}
+IDEOGRAPHIC_STOPWORDS = ("zh", "ja")  # whose words cut a run of Han or kana text (`query_words`)
+
+
+@functools.lru_cache(maxsize=None)
+def stopwords(language: str) -> frozenset[str]:
+    """A language's stopwords as `query_words` compares them (normalised and folded like a query word)."""
+    if language == ENGLISH:
+        return ENGLISH_STOPWORDS
+    import stopwordsiso
+
+    code = language if language in IDEOGRAPHIC_STOPWORDS else _ISO.get(language)
+    if code is None or not stopwordsiso.has_lang(code):
+        return frozenset()
+    listed = stopwordsiso.stopwords(code)
+    return frozenset(_fold(_normalised(word)) for word in listed)
+
+
+@functools.lru_cache(maxsize=1)
+def _ideographic_stopwords() -> regex.Pattern:
+    """The Chinese and Japanese stopwords of two characters or more, longest first, as one pattern (one
+    character alone is too often part of a word: 人 in 人口)."""
+    words = sorted({w for code in IDEOGRAPHIC_STOPWORDS for w in stopwords(code)
+                    if len(w) >= 2 and regex.fullmatch(rf"[{_SEGMENTED}]+", w)}, key=len, reverse=True)
+    return regex.compile("|".join(map(regex.escape, words))) if words else regex.compile(r"(?!)")
+
+
+def query_words(text: str, latin: str = ENGLISH) -> list[str]:
+    """What a query asks about, as distinct surface words: its words less the stopwords of each word's
+    language (its script's where the script names one, Cyrillic: Russian; else `latin`, the query's
+    Latin-script language), and each run of Han or kana text cut where a Chinese or Japanese stopword
+    of two or more characters stands (`数据库是什么` -> `数据库`), pieces of one character dropped.
+    Every piece is a substring of the query's run, so its bigrams are among the run's and whatever
+    holds the run holds them. All of the words when nothing else is left ("to be or not to be")."""
+    words = list(dict.fromkeys(surface_words(text)))
+    kept: list[str] = []
+    for word in words:
+        if _TOKEN.match(word).lastgroup == "cjk":
+            pieces = _ideographic_stopwords().split(word)
+            kept.extend(pieces if len(pieces) == 1 else [piece for piece in pieces if len(piece) >= 2])
+            continue
+        language = _script_stemmer(word, latin)
+        if language is None or _fold(word) not in stopwords(language):
+            kept.append(word)
+    return list(dict.fromkeys(kept)) or words
+
+
+def query_language(text: str, languages: Iterable[str]) -> str:
+    """The Latin-script language a query is written in, for its stopwords and the model's trust in it:
+    English unless an index searched holds another Latin-script language (`languages`, what the indexes
+    recorded) and the detector is sure, so a search of English indexes never loads the detector."""
+    if all(name == ENGLISH for name in languages) or (text.isascii() and _english_looking(text)):
+        return ENGLISH
+    return chunk_language(text)
+
+
 def index_tokens(text: str, heading: str = "") -> tuple[list[str], list[str], str]:
     """(text terms, heading terms, the stemmer of its Latin words) of one chunk: its language's."""
     latin = ENGLISH if text.isascii() and _english_looking(text) else chunk_language(heading + "\n" + text)

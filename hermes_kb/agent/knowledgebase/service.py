@@ -125,7 +125,7 @@ def _fenced_from_failing_models(sources: list[SearchSource]) -> list[SearchSourc
         if source.vector_refusal or source.model is None or id(source.model) in failures:
             continue
         try:
-            source.model.vector, source.model.coverage  # computed once, kept for the search itself
+            source.model.vector  # computed once, kept for the search itself
         except EmbeddingError as exc:
             failures[id(source.model)] = exc
     if not failures:
@@ -167,9 +167,9 @@ class KnowledgeBase:
     def query_model(self, query: str, directory: DirectoryConfig | None = None, variant: str | None = None) -> QueryModel:
         """The query as a directory's model reads it: its vector and the share of it the model
         represents (1.0 when the model cannot say), fusion's trust in that vector."""
-        def coverage() -> float:
+        def coverage(language: str) -> float:
             measure = getattr(self.embedder(directory, variant), "coverage", None)
-            return float(measure(query)) if callable(measure) else 1.0
+            return float(measure(query, language)) if callable(measure) else 1.0
         return QueryModel(lambda: self.embedder(directory, variant).embed_query(query), coverage)
 
     def embedder(self, directory: DirectoryConfig | None = None, variant: str | None = None) -> embeddings.Embedder:
