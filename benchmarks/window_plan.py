@@ -38,11 +38,20 @@ def heading_once(self) -> list[str]:
     return [(prefix if n == 0 else "") + self.text[start:end] for n, (start, end) in enumerate(self.windows)]
 
 
+def first_window(base, start: int, end: int) -> tuple[tuple[int, int], ...]:
+    """The first window alone: the model reads a chunk's first 128 pieces, as a truncating peer would."""
+    spans = WINDOWS(base, start, end)
+    return spans[:1]
+
+
+WINDOWS = chunker._windows
 PLANS = {  # today: 128-piece windows overlapping by 20, the heading before each
     "today": [],
     "overlap 0": [mock.patch.object(chunker, "WINDOW_OVERLAP", 0)],
     "heading once": [mock.patch.object(chunker.Chunk, "embed_texts", property(heading_once))],
     "window 160": [mock.patch.object(chunker, "VECTOR_WINDOW", 160)],
+    "one vector": [mock.patch.object(chunker, "_windows", lambda base, start, end: ())],  # cut at 256 pieces
+    "first window": [mock.patch.object(chunker, "_windows", first_window)],
 }
 
 

@@ -194,9 +194,9 @@ class SearchResult:
     unmatched: list[str] = field(default_factory=list)  # the query's words, when no indexed chunk holds any
 
 
-# Function words carry no topic: left in an OR query they make every chunk a keyword hit.
 def query_terms(query: str, language: str = analysis.ENGLISH) -> list[str]:
-    """The words a query asks about (`analysis.query_words`; `language`: its Latin-script one)."""
+    """The words a query asks about (`analysis.query_words`; `language`: its Latin-script one): function
+    words carry no topic, and left in an OR query they make every chunk a keyword hit."""
     return analysis.query_words(query, language)
 
 
