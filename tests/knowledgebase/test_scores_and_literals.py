@@ -134,16 +134,3 @@ def test_a_quoted_name_in_a_pasted_error_does_not_outrank_the_answer(tree, make_
     kb.index()
     hits = kb.search('FATAL: password authentication failed for user "app"', k=3).hits
     assert hits[0].path == "auth.md" and not any("exact" in h.found_by for h in hits)
-
-
-def test_in_an_index_of_two_notes_a_chinese_question_finds_the_note_that_holds_most_of_it(tree, make_kb):
-    """A user trying the knowledgebase on two notes: every word a note holds is in half the index, where
-    BM25's IDF is ~0, and the question's one piece no note holds (a bigram across two words) outweighed
-    the rest, so nothing was found."""
-    kb = make_kb(tree({"部署指南.md": "# 部署指南\n\n上线前先运行数据库迁移脚本。如果新版本出现问题，立即回滚到上一个版本。\n",
-                       "経費.md": "# 経費精算\n\n出張の経費は二週間以内に申請してください。\n"}))
-    kb.index()
-    for mode in ("keyword", "hybrid"):
-        hits = kb.search("如何回滚数据库迁移", k=2, mode=mode).hits
-        assert [h.path for h in hits][:1] == ["部署指南.md"], mode
-    assert kb.search("如何回滚数据库迁移", k=2, mode="keyword").hits[0].score > 0.5

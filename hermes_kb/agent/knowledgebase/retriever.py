@@ -279,18 +279,13 @@ def keyword_scale(source: SearchSource, terms: Sequence[str]) -> float:
     every index: the share of the query's evidence a chunk holds. Dividing by the best hit alone
     gave every index's best hit 1.0, however little of the query it matched, so the noise of one
     index outranked the answers of another and weak keyword matches pulled good vector hits down.
-
-    A word no chunk holds weighs as a word one chunk holds: BM25's IDF is near 0 for a word in half
-    the chunks, so in an index of two notes every word the notes hold weighed ~1e-6 against 1.6 for
-    one missing piece of the query, and a note holding five of six pieces of a Chinese question
-    scored 0 and went unfound (in keyword mode, and in hybrid where the model cannot read Chinese).
     """
     units = evidence_units(terms, source.languages)
     if source.keywords is not None:
         count, frequencies = source.keywords.count, source.keywords.document_frequencies(units, source.languages)
     else:
         count, frequencies = source.store.chunk_total(), source.store.document_frequencies(units)
-    return float(np.sum(idf(count, np.maximum(frequencies, 1)))) if len(frequencies) else 0.0
+    return float(np.sum(idf(count, frequencies))) if len(frequencies) else 0.0
 
 
 def evidence_units(terms: Sequence[str], languages: Sequence[str]) -> list[str]:
