@@ -14,7 +14,6 @@ import pytest
 pytestmark = pytest.mark.integration
 HERMES = [sys.executable, "-m", "hermes_kb.hermes_cli.main"]
 REPO = Path(__file__).resolve().parents[2]
-STOP_BOUND_S = 45  # KnowledgebaseWatcher.stop's own bound (5 + 30 s), with room for the interpreter's exit
 
 
 class Lines:
@@ -34,6 +33,13 @@ class Lines:
         assert self.count(text) >= times, f"no {times}x {text!r} in {self.lines}"
 
 
+def as_at_a_terminal() -> None:
+    """Ctrl-C as a terminal delivers it: a shell without job control starts background commands with
+    SIGINT ignored, and a Python started so never raises KeyboardInterrupt; run under such a shell (a
+    CI script's `cmd &`), the watch this test stops with SIGINT kept running until killed."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def keyword_paths(word: str, env: dict) -> list[str]:
     found = subprocess.run([*HERMES, "kb", "search", word, "--mode", "keyword", "--json"], capture_output=True,
                            text=True, env=env, cwd=REPO, timeout=120)
@@ -47,9 +53,10 @@ def test_watch_survives_its_folder_being_deleted_recreated_and_renamed(tmp_path)
     (notes / "a.md").write_text("# A\n\nalpha apples\n")
     (other / "o.md").write_text("# O\n\noscar olives\n")
     (home / "config.yaml").write_text(json.dumps({"knowledgebase": {"directories": [str(notes), str(other)]}}))
-    env = {**os.environ, "HERMES_HOME": str(home), "PYTHONFAULTHANDLER": "1"}
+    env = {**os.environ, "HERMES_HOME": str(home)}
     process = subprocess.Popen([*HERMES, "kb", "watch", "--debounce", "0.3"], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env=env, cwd=REPO, stdin=subprocess.DEVNULL)
+                               stderr=subprocess.PIPE, text=True, env=env, cwd=REPO, stdin=subprocess.DEVNULL,
+                               preexec_fn=as_at_a_terminal)
     out, err = Lines(process.stdout), Lines(process.stderr)
     try:
         out.wait_for("Watching notes, other", timeout=240)
@@ -73,16 +80,7 @@ def test_watch_survives_its_folder_being_deleted_recreated_and_renamed(tmp_path)
         assert keyword_paths("pears", env) == ["other:p.md"]
         assert keyword_paths("apples", env) == []
         process.send_signal(signal.SIGINT)
-        # Ctrl-C lets a sync in flight finish (KnowledgebaseWatcher.stop waits up to 5 s for the observer
-        # and 30 s for the sync thread): 15 s was exceeded once in a full CI run and passed 10 of 10 alone.
-        try:
-            code = process.wait(timeout=STOP_BOUND_S)
-        except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: every thread's stack to stderr
-            process.wait(timeout=10)
-            time.sleep(0.2)
-            raise AssertionError("watch did not stop on Ctrl-C:\n" + "".join(err.lines[-80:])) from None
-        assert code == 0, err.lines
+        assert process.wait(timeout=15) == 0
     finally:
         if process.poll() is None:
             process.kill()
