@@ -20,7 +20,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hermes_kb.agent.knowledgebase import retriever  # noqa: E402
+from hermes_kb.agent.knowledgebase import analysis, retriever  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import DOC_DEPTH, load_dataset, workspace  # noqa: E402
 from hermes_kb.agent.knowledgebase.retriever import SearchOptions, SearchResult, SearchSource  # noqa: E402
@@ -39,7 +39,7 @@ def gather(kb: KnowledgeBase, queries: dict[str, str], pool_k: int) -> dict[str,
     gathered = {}
     for query_id, text in queries.items():
         asked = replace(source, model=kb.query_model(text, directory))
-        candidates = retriever._gather([asked], text, options, SearchResult(), {})
+        candidates = retriever._gather([asked], text, analysis.query_words(text), options, SearchResult(), {})
         paths = {i: row.path for i, row in store.chunks([c.chunk_id for c in candidates]).items()}
         gathered[query_id] = [(paths[c.chunk_id], c) for c in candidates]
     return gathered

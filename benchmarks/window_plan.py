@@ -38,13 +38,14 @@ def heading_once(self) -> list[str]:
     return [(prefix if n == 0 else "") + self.text[start:end] for n, (start, end) in enumerate(self.windows)]
 
 
+WINDOWS = chunker._windows  # today's, for a plan that patches chunker._windows with its own
+
+
 def first_window(base, start: int, end: int) -> tuple[tuple[int, int], ...]:
     """The first window alone: the model reads a chunk's first 128 pieces, as a truncating peer would."""
-    spans = WINDOWS(base, start, end)
-    return spans[:1]
+    return WINDOWS(base, start, end)[:1]
 
 
-WINDOWS = chunker._windows
 PLANS = {  # today: 128-piece windows overlapping by 20, the heading before each
     "today": [],
     "overlap 0": [mock.patch.object(chunker, "WINDOW_OVERLAP", 0)],

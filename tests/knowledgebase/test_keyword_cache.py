@@ -3,9 +3,8 @@ import pytest
 
 from hermes_kb.agent.knowledgebase import keyword_cache, vector_cache
 from hermes_kb.agent.knowledgebase.chunker import Chunk
-from hermes_kb.agent.knowledgebase.analysis import index_tokens, tokens
+from hermes_kb.agent.knowledgebase.analysis import index_tokens, query_words, tokens
 from hermes_kb.agent.knowledgebase.keyword_cache import KeywordCache, cache_path, read_generation
-from hermes_kb.agent.knowledgebase.retriever import query_terms
 from hermes_kb.agent.knowledgebase.store import IndexStore, remove_index
 
 TEXT = ("Café owners' NAÏVE résumés: running shoes, foo_bar and 3D-printed cells; "
@@ -47,7 +46,7 @@ def test_the_cache_ranks_exactly_as_fts5_bm25(tmp_path):
         keyword_cache.refresh(store)
         cache = KeywordCache(cache_path(store.path))
         for query in ("kiwi", "mango cells w3", "running protein w1 w2 w250", "kiwi kiwi cell cells", "absent"):
-            terms = query_terms(query)
+            terms = query_words(query)
             expected = store.keyword(terms, 1000)
             found = cache.search(terms, 1000)
             assert [i for i, _ in found] == [i for i, _ in expected], query

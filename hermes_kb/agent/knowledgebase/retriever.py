@@ -194,12 +194,6 @@ class SearchResult:
     unmatched: list[str] = field(default_factory=list)  # the query's words, when no indexed chunk holds any
 
 
-def query_terms(query: str, language: str = analysis.ENGLISH) -> list[str]:
-    """The words a query asks about (`analysis.query_words`; `language`: its Latin-script one): function
-    words carry no topic, and left in an OR query they make every chunk a keyword hit."""
-    return analysis.query_words(query, language)
-
-
 _CAMEL_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 MAX_JOINED_WORDS = 12  # longer queries are prose: joining their words finds nothing and costs lookups
 
@@ -345,12 +339,12 @@ class _Candidate:
         return max(0.0, REFERENCE_BASELINE + (self.cosine - baseline) * (1.0 - REFERENCE_BASELINE) / (1.0 - baseline))
 
 
-def _gather(sources: Sequence[SearchSource], query: str, options: SearchOptions, result: SearchResult,
-            allowed: dict[Path, np.ndarray], language: str = analysis.ENGLISH) -> list[_Candidate]:
-    """Each source's keyword and vector candidates; with a filter, `allowed` holds the chunk ids
-    each pass is restricted to, so a narrow filter fills its pool as an unfiltered search does."""
+def _gather(sources: Sequence[SearchSource], query: str, terms: list[str], options: SearchOptions,
+            result: SearchResult, allowed: dict[Path, np.ndarray]) -> list[_Candidate]:
+    """Each source's keyword and vector candidates for `query`, whose words asked about are `terms`
+    (analysis.query_words); with a filter, `allowed` holds the chunk ids each pass is restricted to,
+    so a narrow filter fills its pool as an unfiltered search does."""
     pool = max(50, 4 * options.k)
-    terms = query_terms(query, language)
     searched = terms + identifier_terms(query, terms)  # the scale (keyword_scale) counts the query's own words only
     use_keyword = options.mode in ("hybrid", "keyword") and bool(terms)
     vector_sources = []
@@ -535,13 +529,14 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
             result.warnings.append("No indexed file matches the filters; nothing was searched.")
             return result
     language = analysis.query_language(query, {name for source in sources for name in source.languages})
-    scored = _fuse(_gather(sources, query, options, result, allowed, language), options, query, language)
+    terms = analysis.query_words(query, language)
+    scored = _fuse(_gather(sources, query, terms, options, result, allowed), options, query, language)
     rows: dict[tuple[str, int], object] = {}
     kept: list[Hit] = []
     spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
     by_text: dict[str, Hit] = {}  # each text shown once, see Hit.also_in
     tokens = 0
-    shown_terms = tuple(query_terms(query, language))
+    shown_terms = tuple(terms)
     step = max(16, 2 * options.k)  # rows fetched at a time: most searches need only the first window
     for begin in range(0, len(scored), step):
         window = scored[begin:begin + step]
