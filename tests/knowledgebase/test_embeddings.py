@@ -123,6 +123,18 @@ def test_openvino_embeds_from_two_threads_at_once(real_embedder):
 
 
 @pytest.mark.integration
+def test_an_index_runs_batches_over_openvino_streams_with_each_vector_in_its_place(real_embedder):
+    """An index run's batches go through OpenVINO's THROUGHPUT streams, finishing out of order; each
+    text must still get its own vector, the one a query of that text gets on the latency path."""
+    pytest.importorskip("openvino")
+    texts = [f"{n} {text}" for n, text in enumerate(RUNTIME_TEXTS * 3)]  # distinct, 5 batches of 4
+    together = real_embedder.embed_documents(texts)
+    alone = np.stack([real_embedder.embed_query(text) for text in texts])
+    assert (together * alone).sum(axis=1).min() >= 0.9999
+    assert (together @ alone.T).argmax(axis=1).tolist() == list(range(len(texts)))
+
+
+@pytest.mark.integration
 def test_openvino_keeps_its_compiled_model_and_survives_a_damaged_or_unwritable_cache(tmp_path):
     """The compiled model is kept under HERMES_HOME (a cold hybrid search loads it instead of compiling);
     a damaged blob or a cache that cannot be made still gives the same vectors."""

@@ -120,17 +120,22 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
 
 
 def _embed_sorted(texts: Sequence[str], dim: int, batch_size: int,
-                  encode: Callable[[Sequence[str]], np.ndarray]) -> np.ndarray:
+                  encode_batches: Callable[[list[list[str]]], Sequence[np.ndarray]]) -> np.ndarray:
     """Unit vectors for `texts`, encoded in batches of similar length: short texts are never padded
-    to the longest one in the corpus, and batch size bounds memory."""
+    to the longest one in the corpus, and batch size bounds memory. `encode_batches` gets every
+    batch at once, so a runtime with several streams can keep them all busy."""
     if not texts:
         return np.zeros((0, dim), dtype=np.float32)
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+    batches = [order[begin:begin + batch_size] for begin in range(0, len(order), batch_size)]
     out = np.empty((len(texts), dim), dtype=np.float32)
-    for begin in range(0, len(order), batch_size):
-        batch = order[begin:begin + batch_size]
-        out[batch] = encode([texts[i] for i in batch])
+    for batch, rows in zip(batches, encode_batches([[texts[i] for i in batch] for batch in batches])):
+        out[batch] = rows
     return _normalise(out)
+
+
+def one_batch_at_a_time(encode: Callable[[Sequence[str]], np.ndarray]) -> Callable[[list[list[str]]], list[np.ndarray]]:
+    return lambda batches: [encode(batch) for batch in batches]
 
 
 def package_file(package: str, relative: str) -> Path | None:
@@ -220,7 +225,7 @@ class LocalEmbedder:
         loaded = self._load_openvino(config, model_dir, variant, cache, group)
         if loaded is None:
             loaded = self._load_onnxruntime(config, model_dir, variant, hermes_home)
-        self.runtime, self._encode, dim = loaded
+        self.runtime, self._encode_batches, dim = loaded
         self.identity = ModelIdentity(config.model, variant, dim)
         self._coverage = model_coverage.for_model_dir(
             model_dir, TRAINED_LANGUAGE.get(config.model) if not config.model_path else None)
@@ -254,7 +259,7 @@ class LocalEmbedder:
             log.warning("OpenVINO could not load the embedding model (%s); using onnxruntime", exc)
             return None
         int8 = f", int8 activations in groups of {activation_group}" if activation_group else ""
-        return f"openvino ({model.precision}{int8})", model.embed, model.dim
+        return f"openvino ({model.precision}{int8})", model.embed_batches, model.dim
 
     @staticmethod
     def _load_onnxruntime(config: EmbeddingConfig, model_dir: Path | None, variant: str, hermes_home: Path):
@@ -286,10 +291,10 @@ class LocalEmbedder:
         def encode(texts: Sequence[str]) -> np.ndarray:
             return np.stack(list(model.embed(list(texts), batch_size=len(texts))))
 
-        return "onnxruntime", encode, int(model.embedding_size)
+        return "onnxruntime", one_batch_at_a_time(encode), int(model.embedding_size)
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
-        return _embed_sorted(texts, self.identity.dim, self.batch_size, self._encode)
+        return _embed_sorted(texts, self.identity.dim, self.batch_size, self._encode_batches)
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_documents([text])[0]
@@ -379,7 +384,7 @@ class MultilingualEmbedder:
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         return _embed_sorted(texts, self.identity.dim, self.batch_size,
-                             lambda batch: np.atleast_2d(self._model.passage(list(batch))))
+                             one_batch_at_a_time(lambda batch: np.atleast_2d(self._model.passage(list(batch)))))
 
     def embed_query(self, text: str) -> np.ndarray:
         return _normalise(np.atleast_2d(self._model.query(text)))[0]

@@ -13,6 +13,13 @@ Tokenisation repeats fastembed's for this model (word pieces truncated at 256,
 [PAD] to the right) and pooling is the model's mean over real tokens. Batches
 are padded to a multiple of 32 pieces: OpenVINO compiles kernels per input
 shape, and fewer shapes mean less memory and less compiling (~7% faster).
+
+Two compilations of the one model: a query is one small batch, fastest on one
+stream over every core (LATENCY); an index run's many batches go through
+OpenVINO's THROUGHPUT streams (one per core here), a batch per stream at a
+time, which keeps the cores busy where one small batch split across them waits
+on its slowest thread: 1.22x the model's speed on a Xeon with AMX (docs/benchmarks.md,
+"Streams for an index run"), the same vectors.
 """
 
 from __future__ import annotations
@@ -36,17 +43,20 @@ PAD_MULTIPLE = 32
 # 0.999 that lets either runtime search one index, so that is a variant of its own, which an index
 # records (embeddings.INT8_ACTIVATIONS_VARIANT), served by OpenVINO alone.
 COMPILE_SETTINGS = {"INFERENCE_PRECISION_HINT": "bf16", "PERFORMANCE_HINT": "LATENCY", "DYNAMIC_QUANTIZATION_GROUP_SIZE": 0}
+BATCHES_SETTINGS = {"PERFORMANCE_HINT": "THROUGHPUT"}  # OpenVINO picks the streams (2 on 2 cores)
 ACTIVATION_GROUP = 128
 # int8 dot products and bf16 units: where int8 activations were measured to pay with quality kept
-# (AMD EPYC with AVX512-VNNI/BF16: 1.7-2.0x the model); AMX CPUs have both.
-INT8_FLAGS, BF16_FLAGS = {"avx512_vnni", "avx_vnni", "amx_int8"}, {"avx512_bf16", "amx_bf16"}
+# (AMD EPYC with AVX512-VNNI/BF16: 1.3-2.0x the model). Not with AMX: its bf16 tiles multiply as fast as
+# int8 activations do there (Xeon with AMX: 14.9 s against 14.6 s for 1,907 windows), so they would cost
+# quality for nothing.
+INT8_FLAGS, BF16_FLAGS, AMX_FLAGS = {"avx512_vnni", "avx_vnni"}, {"avx512_bf16"}, {"amx_bf16"}
 
 
-def _compiled(core, model: Path, cache_dir: Path | None, activation_group: int):
+def _compiled(core, model: Path, cache_dir: Path | None, activation_group: int, extra: dict | None = None):
     """The model compiled for this CPU. OpenVINO's own cache (CACHE_DIR, keyed by the model, these
     settings, the CPU and OpenVINO's version) turns the 0.29 s compile of every cold hybrid search into
     a 0.08 s load; a cache that cannot be written or read costs only the compile."""
-    settings = {**COMPILE_SETTINGS, "DYNAMIC_QUANTIZATION_GROUP_SIZE": activation_group}
+    settings = {**COMPILE_SETTINGS, "DYNAMIC_QUANTIZATION_GROUP_SIZE": activation_group, **(extra or {})}
     if cache_dir is not None:
         try:
             cache_dir.mkdir(parents=True, exist_ok=True)
@@ -78,7 +88,7 @@ def int8_activations_pay(flags: set[str] | None = None) -> bool:
     """Whether this CPU multiplies int8 activations faster at the measured quality (INT8_FLAGS and
     BF16_FLAGS); without VNNI OpenVINO leaves them in floating point anyway."""
     flags = cpu_flags() if flags is None else flags
-    return bool(flags & INT8_FLAGS) and bool(flags & BF16_FLAGS)
+    return bool(flags & INT8_FLAGS) and bool(flags & BF16_FLAGS) and not flags & AMX_FLAGS
 
 
 class OpenVinoMeanPooled:
@@ -93,19 +103,56 @@ class OpenVinoMeanPooled:
         pad_id = self._tokenizer.token_to_id("[PAD]")
         self._tokenizer.enable_padding(pad_id=0 if pad_id is None else pad_id, pad_token="[PAD]",
                                        pad_to_multiple_of=PAD_MULTIPLE)
-        compiled = _compiled(openvino.Core(), model_dir / "model.onnx", cache_dir, activation_group)
+        self._core, self._compile_args = openvino.Core(), (model_dir / "model.onnx", cache_dir, activation_group)
+        compiled = _compiled(self._core, *self._compile_args)
         self._inputs = {port.get_any_name() for port in compiled.inputs}
         self.precision = compiled.get_property("INFERENCE_PRECISION_HINT").get_type_name()  # bf16 or f32
         self._request = compiled.create_infer_request()
         self._lock = threading.Lock()  # one infer request: a query may come while an index run embeds
+        self._streams = None  # the THROUGHPUT compilation, made by the first call with several batches
+        self._streams_lock = threading.Lock()
         self.dim = int(compiled.outputs[0].get_partial_shape()[2].get_length())
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """One batch, one row per text (not normalised)."""
+    def _feeds(self, texts: Sequence[str]) -> tuple[dict[str, np.ndarray], np.ndarray]:
         encoded = self._tokenizer.encode_batch(list(texts))
         ids = np.array([e.ids for e in encoded], dtype=np.int64)
         mask = np.array([e.attention_mask for e in encoded], dtype=np.int64)
         feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+        return {name: value for name, value in feeds.items() if name in self._inputs}, mask
+
+    @staticmethod
+    def _pooled(hidden: np.ndarray, mask: np.ndarray) -> np.ndarray:
+        return (hidden * mask[..., None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        """One batch, one row per text (not normalised)."""
+        feeds, mask = self._feeds(texts)
         with self._lock:  # the output tensor is the request's own buffer: pool it before the next call
-            hidden = self._request.infer({name: value for name, value in feeds.items() if name in self._inputs})[0]
-            return (hidden * mask[..., None]).sum(axis=1) / np.maximum(mask.sum(axis=1, keepdims=True), 1)
+            return self._pooled(self._request.infer(feeds)[0], mask)
+
+    def embed_batches(self, batches: Sequence[Sequence[str]]) -> list[np.ndarray]:
+        """Each batch's rows (as `embed`), the batches spread over OpenVINO's streams; the next batch
+        is tokenised while the streams run."""
+        if len(batches) < 2:
+            return [self.embed(batch) for batch in batches]
+        import openvino
+
+        with self._streams_lock:
+            if self._streams is None:
+                compiled = _compiled(self._core, *self._compile_args, BATCHES_SETTINGS)
+                self._streams = openvino.AsyncInferQueue(
+                    compiled, compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+            out: list[np.ndarray | None] = [None] * len(batches)
+
+            def pooled(request, userdata) -> None:  # in OpenVINO's thread, before the request is reused
+                index, mask = userdata
+                out[index] = self._pooled(request.get_output_tensor(0).data, mask)
+
+            self._streams.set_callback(pooled)
+            for index, batch in enumerate(batches):
+                feeds, mask = self._feeds(batch)
+                self._streams.start_async(feeds, (index, mask))
+            self._streams.wait_all()
+        if any(rows is None for rows in out):
+            raise RuntimeError("OpenVINO returned no vectors for a batch")
+        return out
