@@ -60,6 +60,37 @@ def test_files_are_keyword_searchable_before_their_vectors(tree, make_kb, stub_e
     assert make_kb(root).search("wombatfrost valve number 17", k=1, mode="vector").hits[0].path == "note017.md"
 
 
+def test_the_model_starts_on_the_first_batch_while_the_other_files_are_read(tree, make_kb):
+    """The model thread takes the first batch as soon as it is written, and the files after it are
+    read and written (keyword-searchable) while it embeds, not after."""
+    root = tree(notes(300))
+    files_when_the_model_started = []
+
+    class Watched(GatedEmbedder):
+        def embed_documents(self, texts):
+            if not files_when_the_model_started:
+                files_when_the_model_started.append(make_kb(root).status()[0]["files"])
+            return super().embed_documents(texts)
+
+    gated = Watched()
+    run = threading.Thread(target=make_kb(root, embedder=gated).index)
+    run.start()
+    try:
+        assert gated.waiting.wait(30)
+        assert files_when_the_model_started[0] < 300
+        for _ in range(300):  # the model is held: every file is still written
+            if make_kb(root).status()[0]["files"] == 300:
+                break
+            threading.Event().wait(0.1)
+        found = make_kb(root).search("wombatfrost valve number 299", k=1, mode="keyword").hits
+        assert found and found[0].path == "note299.md"
+    finally:
+        gated.release.set()
+        run.join(30)
+    row = make_kb(root).status()[0]
+    assert row["files"] == 300 and "chunks_without_vectors" not in row and row["vector_search"] == "ok"
+
+
 def test_a_run_that_loses_its_embedder_is_finished_by_the_next(tree, make_kb):
     root = tree(notes(300))
     with pytest.raises(EmbeddingError):

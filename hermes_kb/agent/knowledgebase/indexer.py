@@ -8,7 +8,10 @@ its old vectors.
 
 Keyword first: embedding is the slow part (minutes for a few thousand files),
 so chunks reach FTS5 before their vectors, and hybrid search meanwhile ranks
-them by what exists. Until every chunk has its vectors the index carries the
+them by what exists. The model runs in a thread of its own from the first
+batch on, so reading, chunking and writing the other files happen while it
+embeds (a core the model leaves idle does that work); vectors are written by
+the run's own thread as batches finish. Until every chunk has its vectors the index carries the
 re-embed journal (`reembed_pending`), so a run cut short is finished by the
 next one, whatever the files' stat says.
 """
@@ -20,6 +23,8 @@ import hashlib
 import json
 import logging
 import time
+from collections import deque
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field, replace
 from typing import Callable, Protocol
 
@@ -39,6 +44,7 @@ from .store import FileRefused, FileRow, IndexStore, StoreError, index_files
 log = logging.getLogger(__name__)
 
 EMBED_BATCH_CHUNKS = 64  # chunks per embedding pass and vector write; also windows per embed call
+IN_FLIGHT_BATCHES = 2  # batches handed to the model thread ahead of the vectors written: one runs, one waits
 KEYWORD_AHEAD_CHUNKS = 20_000  # chunks written ahead of their vectors (their texts wait in memory: ~30 MB)
 REPORTED_SKIPS = "reported_skips"  # meta key: skips already told to the user, not repeated while they stay the same
 CODE_SAMPLE = 400  # chunks read after a run that changed something, for the index's share of code (fusion)
@@ -138,6 +144,9 @@ class _Run:
         self.baseline_due = False  # pinned to a model this run: its cosine baseline is measured at the end
         self.summary = IndexSummary(directory.name, str(directory.path))
         self.waiting: list[_Waiting] = []
+        self.in_flight: deque[tuple[dict[str, list[_Waiting]], list[str], Future]] = deque()
+        self.model_thread: ThreadPoolExecutor | None = None
+        self.model_failure: BaseException | None = None  # raised once every file is keyword-searchable
         self.journal_was_open = store.reembed_pending()  # a run before this one left chunks without vectors
         self.passing_skips: list[tuple[str, str]] = []  # skips not recorded in the files table: told once
 
@@ -174,21 +183,57 @@ class _Run:
         """A file left to wait for OCR, now that OCR is there: read again, whatever its stat."""
         return self.ocr is not None and (row.error or "").startswith(ocr_engine.MISSING)
 
-    def embed_waiting(self) -> None:
+    def embed_waiting(self, wait: bool = True, batches: int | None = None) -> None:
         """Vectors for the chunks written without them, a batch at a time (progress moves, a crash
-        loses one batch); a text repeated across chunks is embedded once."""
+        loses one batch); a text repeated across chunks is embedded once. Up to `batches` batches go
+        to the model thread (the rest keep waiting); `wait` writes every batch handed over before
+        returning, else only those already done."""
         by_hash: dict[str, list[_Waiting]] = {}
         for item in self.waiting:
             by_hash.setdefault(item.content_hash, []).append(item)
-        self.waiting = []
-        for batch in _batches([(digest, items[0].embed_texts) for digest, items in by_hash.items()], EMBED_BATCH_CHUNKS):
-            flat = self._embedder().embed_documents([text for _, windows in batch for text in windows])
-            ends = np.cumsum([len(windows) for _, windows in batch])
-            vectors = dict(zip((digest for digest, _ in batch), np.split(flat, ends[:-1])))
-            self.store.add_vectors({item.chunk_id: vectors[digest] for digest, _ in batch for item in by_hash[digest]})
-            self.progress.advance(chunks=sum(len(by_hash[digest]) for digest, _ in batch))
-        self.summary.texts_embedded += len(by_hash)
-        self.summary.chunks_embedded += sum(len(items) for items in by_hash.values())
+        planned = _batches([(digest, items[0].embed_texts) for digest, items in by_hash.items()], EMBED_BATCH_CHUNKS)
+        handed, kept = planned[:batches], planned[batches:] if batches is not None else []
+        if self.model_failure is not None:  # the chunks stay in the re-embed journal for the next run
+            handed, kept = [], []
+        self.waiting = [item for batch in kept for digest, _ in batch for item in by_hash[digest]]
+        if handed:
+            embedder = self._embedder()  # here, not in the model thread: it may pin or refuse the model
+            if self.model_thread is None:
+                self.model_thread = ThreadPoolExecutor(1, thread_name_prefix="kb-embed")
+        for batch in handed:
+            future = self.model_thread.submit(embedder.embed_documents, [text for _, windows in batch for text in windows])
+            self.in_flight.append(({digest: by_hash[digest] for digest, _ in batch}, [len(w) for _, w in batch], future))
+        self.write_vectors(wait)
+        if wait and self.model_failure is not None:
+            raise self.model_failure
+
+    def write_vectors(self, wait: bool) -> None:
+        """Writes the vectors of finished batches, in order (all of them when `wait`). A model error
+        stops the batches behind it and is kept for `embed_waiting(wait=True)` to raise: the files
+        still to read are written first, keyword-searchable as when the model is slow."""
+        while self.in_flight and (wait or self.in_flight[0][2].done()):
+            items, windows, future = self.in_flight.popleft()
+            try:
+                flat = future.result()
+            except Exception as exc:  # noqa: BLE001  (whatever the model raised, as a run without the thread did)
+                self.model_failure = exc
+                self.stop_model_thread()
+                return
+            vectors = dict(zip(items, np.split(flat, np.cumsum(windows)[:-1])))
+            self.store.add_vectors({item.chunk_id: vectors[digest] for digest, group in items.items() for item in group})
+            self.progress.advance(chunks=sum(len(group) for group in items.values()))
+            self.summary.texts_embedded += len(items)
+            self.summary.chunks_embedded += sum(len(group) for group in items.values())
+
+    def stop_model_thread(self) -> None:
+        """Batches not started are dropped (their chunks stay in the re-embed journal); a running one
+        finishes first."""
+        for _, _, future in self.in_flight:
+            future.cancel()
+        self.in_flight.clear()
+        if self.model_thread is not None:
+            self.model_thread.shutdown(wait=True)
+            self.model_thread = None
 
     def _bytes(self, file: ScannedFile) -> bytes:
         """The file's content, opened without following links out of the root: a file swapped for a
@@ -282,6 +327,10 @@ class _Run:
         self.progress.advance(files=1)
         if len(self.waiting) >= KEYWORD_AHEAD_CHUNKS:
             self.embed_waiting()
+        elif len(self.waiting) >= EMBED_BATCH_CHUNKS and len(self.in_flight) < IN_FLIGHT_BATCHES:
+            self.embed_waiting(wait=False, batches=IN_FLIGHT_BATCHES - len(self.in_flight))  # the model stays busy
+        else:
+            self.write_vectors(wait=False)
         return True
 
     def run(self) -> IndexSummary:
@@ -352,6 +401,7 @@ class _Run:
                     self.progress.note(f"The {name} cache of {self.directory.name} was not rebuilt ({exc}); "
                                        f"{name} search stays correct but uses the slower {fallback}.")
         finally:
+            self.stop_model_thread()
             if self.ocr is not None:
                 self.ocr.close()
             self.progress.finish()
