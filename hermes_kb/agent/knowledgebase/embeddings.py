@@ -73,6 +73,8 @@ class Embedder(Protocol):
     # Optional: `coverage(text, language) -> float`, the share of the text the model can represent, its
     # Latin-script words read as `language` (model_coverage.py); fusion trusts vectors by it. Without
     # it, vectors get full trust.
+    # Optional: `embed_documents_leaving_a_core(texts)`, the same vectors on one core fewer, for an
+    # index run whose own thread is still reading files (indexer.py); without it, embed_documents.
 
 
 # Unrelated sentences of the length of a short note, for cosine_baseline.
@@ -120,22 +122,23 @@ def _normalise(vectors: np.ndarray) -> np.ndarray:
 
 
 def _embed_sorted(texts: Sequence[str], dim: int, batch_size: int,
-                  encode_batches: Callable[[list[list[str]]], Sequence[np.ndarray]]) -> np.ndarray:
+                  encode_batches: Callable[..., Sequence[np.ndarray]], **how) -> np.ndarray:
     """Unit vectors for `texts`, encoded in batches of similar length: short texts are never padded
     to the longest one in the corpus, and batch size bounds memory. `encode_batches` gets every
-    batch at once, so a runtime with several streams can keep them all busy."""
+    batch at once (with `how`), so a runtime with several streams can keep them all busy."""
     if not texts:
         return np.zeros((0, dim), dtype=np.float32)
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     batches = [order[begin:begin + batch_size] for begin in range(0, len(order), batch_size)]
     out = np.empty((len(texts), dim), dtype=np.float32)
-    for batch, rows in zip(batches, encode_batches([[texts[i] for i in batch] for batch in batches])):
+    for batch, rows in zip(batches, encode_batches([[texts[i] for i in batch] for batch in batches], **how)):
         out[batch] = rows
     return _normalise(out)
 
 
-def one_batch_at_a_time(encode: Callable[[Sequence[str]], np.ndarray]) -> Callable[[list[list[str]]], list[np.ndarray]]:
-    return lambda batches: [encode(batch) for batch in batches]
+def one_batch_at_a_time(encode: Callable[[Sequence[str]], np.ndarray]) -> Callable[..., list[np.ndarray]]:
+    """A runtime of one stream as `encode_batches`: each batch in turn, on every core it uses."""
+    return lambda batches, leave_a_core=False: [encode(batch) for batch in batches]
 
 
 def package_file(package: str, relative: str) -> Path | None:
@@ -295,6 +298,9 @@ class LocalEmbedder:
 
     def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
         return _embed_sorted(texts, self.identity.dim, self.batch_size, self._encode_batches)
+
+    def embed_documents_leaving_a_core(self, texts: Sequence[str]) -> np.ndarray:
+        return _embed_sorted(texts, self.identity.dim, self.batch_size, self._encode_batches, leave_a_core=True)
 
     def embed_query(self, text: str) -> np.ndarray:
         return self.embed_documents([text])[0]

@@ -110,6 +110,7 @@ class OpenVinoMeanPooled:
         self._request = compiled.create_infer_request()
         self._lock = threading.Lock()  # one infer request: a query may come while an index run embeds
         self._streams = None  # the THROUGHPUT compilation, made by the first call with several batches
+        self._queues: dict[int, object] = {}  # its infer requests, by how many run at once
         self._streams_lock = threading.Lock()
         self.dim = int(compiled.outputs[0].get_partial_shape()[2].get_length())
 
@@ -130,29 +131,36 @@ class OpenVinoMeanPooled:
         with self._lock:  # the output tensor is the request's own buffer: pool it before the next call
             return self._pooled(self._request.infer(feeds)[0], mask)
 
-    def embed_batches(self, batches: Sequence[Sequence[str]]) -> list[np.ndarray]:
+    def embed_batches(self, batches: Sequence[Sequence[str]], leave_a_core: bool = False) -> list[np.ndarray]:
         """Each batch's rows (as `embed`), the batches spread over OpenVINO's streams; the next batch
-        is tokenised while the streams run."""
-        if len(batches) < 2:
+        is tokenised while the streams run. `leave_a_core` runs one stream fewer (at least one), for
+        an index run whose own thread is still reading files."""
+        if len(batches) < 2 and not leave_a_core:
             return [self.embed(batch) for batch in batches]
-        import openvino
-
         with self._streams_lock:
-            if self._streams is None:
-                compiled = _compiled(self._core, *self._compile_args, BATCHES_SETTINGS)
-                self._streams = openvino.AsyncInferQueue(
-                    compiled, compiled.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+            queue = self._queue(leave_a_core)
             out: list[np.ndarray | None] = [None] * len(batches)
 
             def pooled(request, userdata) -> None:  # in OpenVINO's thread, before the request is reused
                 index, mask = userdata
                 out[index] = self._pooled(request.get_output_tensor(0).data, mask)
 
-            self._streams.set_callback(pooled)
+            queue.set_callback(pooled)
             for index, batch in enumerate(batches):
                 feeds, mask = self._feeds(batch)
-                self._streams.start_async(feeds, (index, mask))
-            self._streams.wait_all()
+                queue.start_async(feeds, (index, mask))
+            queue.wait_all()
         if any(rows is None for rows in out):
             raise RuntimeError("OpenVINO returned no vectors for a batch")
         return out
+
+    def _queue(self, leave_a_core: bool):
+        import openvino
+
+        if self._streams is None:
+            self._streams = _compiled(self._core, *self._compile_args, BATCHES_SETTINGS)
+        streams = int(self._streams.get_property("OPTIMAL_NUMBER_OF_INFER_REQUESTS"))
+        size = max(1, streams - 1) if leave_a_core else streams
+        if size not in self._queues:
+            self._queues[size] = openvino.AsyncInferQueue(self._streams, size)
+        return self._queues[size]
