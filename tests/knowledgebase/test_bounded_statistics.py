@@ -80,3 +80,23 @@ def test_a_han_run_weighs_as_its_bigrams_on_every_backend(store):  # noqa: F811
         run = retriever.keyword_scale(source, ["数据库迁移"])
         assert run == pytest.approx(retriever.keyword_scale(source, ["数据", "据库", "库迁", "迁移"]))
         assert run > 3 * retriever.keyword_scale(source, ["怎么"])
+
+
+def test_a_reader_kept_open_sees_the_counts_of_each_write(tmp_path):
+    """The chunk count and document frequencies a reader keeps between searches (counted once per
+    state of the index: COUNT(*) walks the table) follow every write and deletion another connection
+    makes, the sampled estimate included (over 4,000 ids)."""
+    from hermes_kb.agent.knowledgebase.store import IndexStore
+
+    path = tmp_path / "index.sqlite"
+    with IndexStore(path) as writer, IndexStore(path, create=False) as reader:
+        write(writer, "a.txt", ["walrus alpha", "beta"])
+        assert reader.chunk_total() == 2 and reader.document_frequencies(["walrus", "beta"]) == [1.0, 1.0]
+        write(writer, "b.txt", ["walrus gamma"] * 3)
+        assert reader.chunk_total() == 5 and reader.document_frequencies(["walrus"]) == [4.0]
+        for n in range(60):
+            write(writer, f"many{n}.txt", [f"walrus {n} {i}" for i in range(80)])
+        assert reader.chunk_total() == 4805
+        assert 4000 < reader.document_frequencies(["walrus"])[0] <= 4805
+        writer.delete_files([f"many{n}.txt" for n in range(60)] + ["b.txt"])
+        assert reader.chunk_total() == 2 and reader.document_frequencies(["walrus", "gamma"]) == [1.0, 0.0]

@@ -38,6 +38,7 @@ WINDOW_BITS = vector_cache.WINDOW_BITS
 WINDOW_SLOTS = 1 << WINDOW_BITS
 VECTOR_IDS = f"chunk<<{WINDOW_BITS}|window"  # recorded in meta: how chunk_vec rowids name a chunk's windows
 DF_SAMPLE_WINDOWS, DF_SAMPLE_ROWS = 4, 1000  # where document frequencies are estimated
+DF_REMEMBERED = 10_000  # terms whose estimates a reader keeps until the index changes
 # Columns of `files` added since schema 2, each given to an older index when it is opened.
 FACET_COLUMNS = (("tags", "TEXT NOT NULL DEFAULT ''"), ("dated", "REAL"), ("recognised", "TEXT NOT NULL DEFAULT ''"))
 
@@ -338,6 +339,8 @@ class IndexStore(StoreCommon):
     def __init__(self, path: Path, create: bool = True, name: str | None = None):
         """`name` is the directory's, for error sentences; the file's own name otherwise."""
         self.path = path
+        self._sample_frame: tuple[str, int, list[int], float] | None = None  # see _counts
+        self._frequencies: dict[str, float] = {}  # term -> estimate, for the generation of _sample_frame
         name = name or path.stem
         if not create and not path.exists():
             raise StoreError(f"No index at {path}; run `hermes kb index` first.")
@@ -642,7 +645,35 @@ class IndexStore(StoreCommon):
 
     def chunk_total(self) -> int:
         """Rows FTS5 counts for its IDF (one per chunk)."""
-        return self.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+        return self._counts()[1]
+
+    def _counts(self) -> tuple[str, int, list[int], float]:
+        """(generation, chunks, bounds of the id windows document frequencies are sampled in, the
+        chunks over those the windows hold), counted once per state of the index: COUNT(*) walks the
+        whole table (5 ms at 1M chunks), and a keyword search on FTS5 asked for it three times (keyword
+        p50 at 1M chunks 35.2 -> 12.4 ms with the term estimates kept too, docs/benchmarks.md). A
+        reader kept between searches reuses them until a write moves the generation."""
+        generation = self.generation()
+        if self._sample_frame is None or self._sample_frame[0] != generation:
+            total = self.conn.execute("SELECT COUNT(*) FROM chunks").fetchone()[0]
+            low, high = self.conn.execute("SELECT (SELECT min(id) FROM chunks), (SELECT max(id) FROM chunks)").fetchone()
+            bounds, scale = [], 0.0
+            if low is not None:
+                span = high - low + 1
+                if span <= DF_SAMPLE_WINDOWS * DF_SAMPLE_ROWS:
+                    windows = [(low, high)]
+                else:
+                    step = span // DF_SAMPLE_WINDOWS
+                    windows = [(low + i * step, low + i * step + DF_SAMPLE_ROWS - 1) for i in range(DF_SAMPLE_WINDOWS)]
+                bounds = [value for window in windows for value in window]
+                # Scaled by the chunks the windows hold, not by their width: ids have holes (deleted files,
+                # a --full run), and a width-based scale gave estimates past the chunk count.
+                sampled = self.conn.execute("SELECT " + " + ".join(
+                    f"(SELECT count(*) FROM chunks WHERE id BETWEEN ?{2 * i + 1} AND ?{2 * i + 2})"
+                    for i in range(len(windows))), bounds).fetchone()[0]
+                scale = total / sampled if sampled else 0.0
+            self._sample_frame, self._frequencies = (generation, total, bounds, scale), {}
+        return self._sample_frame
 
     def document_frequencies(self, terms: Sequence[str]) -> list[float]:
         """Chunks holding each term, counted in a few id windows spread over the index and scaled.
@@ -650,27 +681,19 @@ class IndexStore(StoreCommon):
         FTS5 keeps no document frequencies (fts5vocab walks whole posting lists, as slow as the
         search it would plan), while a seek into a rowid window is cheap. Exact on small indexes.
         """
-        low, high = self.conn.execute("SELECT (SELECT min(id) FROM chunks), (SELECT max(id) FROM chunks)").fetchone()
-        if low is None:
+        _, total, bounds, scale = self._counts()
+        if not bounds:
             return [0.0] * len(terms)
-        span = high - low + 1
-        if span <= DF_SAMPLE_WINDOWS * DF_SAMPLE_ROWS:
-            windows = [(low, high)]
-        else:
-            step = span // DF_SAMPLE_WINDOWS
-            windows = [(low + i * step, low + i * step + DF_SAMPLE_ROWS - 1) for i in range(DF_SAMPLE_WINDOWS)]
-        bounds = [value for window in windows for value in window]
-        # Scaled by the chunks the windows hold, not by their width: ids have holes (deleted files, a
-        # --full run), and a width-based scale gave estimates past the chunk count.
-        sampled = self.conn.execute("SELECT " + " + ".join(f"(SELECT count(*) FROM chunks WHERE id BETWEEN ?{2 * i + 1} "
-                                                           f"AND ?{2 * i + 2})" for i in range(len(windows))), bounds).fetchone()[0]
-        total = self.chunk_total()
-        scale = total / sampled if sampled else 0.0
         sql = "SELECT " + " + ".join(f"(SELECT count(*) FROM chunks_fts WHERE chunks_fts MATCH ?1 AND rowid BETWEEN ?{2 * i + 2} "
-                                     f"AND ?{2 * i + 3})" for i in range(len(windows)))
+                                     f"AND ?{2 * i + 3})" for i in range(len(bounds) // 2))
         languages = self.latin_languages()
-        return [min(self.conn.execute(sql, (fts_query([term], languages), *bounds)).fetchone()[0] * scale, float(total))
-                for term in terms]
+        if len(self._frequencies) > DF_REMEMBERED:
+            self._frequencies.clear()
+        for term in terms:  # a search asks twice (affordable_terms, then the keyword scale)
+            if term not in self._frequencies:
+                self._frequencies[term] = min(
+                    self.conn.execute(sql, (fts_query([term], languages), *bounds)).fetchone()[0] * scale, float(total))
+        return [self._frequencies[term] for term in terms]
 
     def chunks_without_terms(self, limit: int) -> list[tuple[int, str, str]]:
         """(id, text, heading) of chunks written before chunk_terms existed."""
