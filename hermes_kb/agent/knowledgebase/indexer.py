@@ -144,9 +144,9 @@ class _Run:
         self.baseline_due = False  # pinned to a model this run: its cosine baseline is measured at the end
         self.summary = IndexSummary(directory.name, str(directory.path))
         self.waiting: list[_Waiting] = []
-        self.in_flight: deque[tuple[dict[str, list[_Waiting]], list[str], Future]] = deque()
+        self.in_flight: deque[tuple[dict[str, list[_Waiting]], list[int], Future]] = deque()  # windows per text
         self.model_thread: ThreadPoolExecutor | None = None
-        self.model_failure: BaseException | None = None  # raised once every file is keyword-searchable
+        self.model_failure: Exception | None = None  # raised once every file is keyword-searchable
         self.journal_was_open = store.reembed_pending()  # a run before this one left chunks without vectors
         self.passing_skips: list[tuple[str, str]] = []  # skips not recorded in the files table: told once
 

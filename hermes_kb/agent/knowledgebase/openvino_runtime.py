@@ -19,7 +19,7 @@ stream over every core (LATENCY); an index run's many batches go through
 OpenVINO's THROUGHPUT streams (one per core here), a batch per stream at a
 time, which keeps the cores busy where one small batch split across them waits
 on its slowest thread: 1.22x the model's speed on a Xeon with AMX (docs/benchmarks.md,
-"Streams for an index run"), the same vectors.
+"On a Xeon with AMX: streams for an index run"), the same vectors.
 """
 
 from __future__ import annotations
@@ -155,6 +155,8 @@ class OpenVinoMeanPooled:
         return out
 
     def _queue(self, leave_a_core: bool):
+        """The infer requests of the THROUGHPUT compilation (made on first use), one per stream, or one
+        fewer to leave a core."""
         import openvino
 
         if self._streams is None:
