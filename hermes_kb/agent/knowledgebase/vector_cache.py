@@ -272,10 +272,12 @@ class VectorCache:
         if self.count == 0 or norm == 0 or k < 1:
             return []
         query = query / norm
-        rows = np.arange(self.count) if allowed is None else self._rows_of(allowed)
-        if len(rows) > EXACT_SCAN_ROWS:
-            rows = self._shortlist(query, max(MIN_SHORTLIST, 20 * k, int(len(rows) * SHORTLIST_FRACTION)),
-                                   None if allowed is None else rows)
+        among = None if allowed is None else self._rows_of(allowed)
+        ranked = self.count if among is None else len(among)
+        if ranked > EXACT_SCAN_ROWS:  # no row list of the whole index first: 14 MB a query at 1M chunks
+            rows = self._shortlist(query, max(MIN_SHORTLIST, 20 * k, int(ranked * SHORTLIST_FRACTION)), among)
+        else:
+            rows = np.arange(self.count) if among is None else among
         if not len(rows):
             return []
         rescore = max(RESCORE_ROWS, 4 * k)
