@@ -51,11 +51,10 @@ PLANS = {  # today: 128-piece windows overlapping by 20, the heading before each
     "overlap 0": [mock.patch.object(chunker, "WINDOW_OVERLAP", 0)],
     "heading once": [mock.patch.object(chunker.Chunk, "embed_texts", property(heading_once))],
     "window 160": [mock.patch.object(chunker, "VECTOR_WINDOW", 160)],
-    "overlap 0, heading once": [mock.patch.object(chunker, "WINDOW_OVERLAP", 0),
-                                mock.patch.object(chunker.Chunk, "embed_texts", property(heading_once))],
     "one vector": [mock.patch.object(chunker, "_windows", lambda base, start, end: ())],  # cut at 256 pieces
     "first window": [mock.patch.object(chunker, "_windows", first_window)],
 }
+PLANS["overlap 0, heading once"] = PLANS["overlap 0"] + PLANS["heading once"]
 
 
 def pieces(documents: int, tokenizer) -> tuple[int, int]:

@@ -195,7 +195,8 @@ class _Run:
         # is written runs on one core fewer, so it should be short.
         planned = _batches([(digest, items[0].embed_texts) for digest, items in by_hash.items()],
                            EMBED_BATCH_CHUNKS if wait else EMBED_BATCH_CHUNKS // 4)
-        handed, kept = planned[:batches], planned[batches:] if batches is not None else []
+        cut = len(planned) if batches is None else batches
+        handed, kept = planned[:cut], planned[cut:]
         if self.model_failure is not None:  # the chunks stay in the re-embed journal for the next run
             handed, kept = [], []
         self.waiting = [item for batch in kept for digest, _ in batch for item in by_hash[digest]]
