@@ -1,7 +1,10 @@
+import threading
+
 import numpy as np
 import pytest
 
 from hermes_kb.agent.knowledgebase import vector_cache
+from hermes_kb.agent.knowledgebase.keyword_cache import KeywordCache
 from hermes_kb.agent.knowledgebase.store import IndexStore, remove_index
 from hermes_kb.agent.knowledgebase.vector_cache import VectorCache, build, cache_path, read_generation
 
@@ -165,8 +168,8 @@ def test_reading_sqlite_vec_storage_directly_matches_the_virtual_table(tmp_path)
         assert all(np.array_equal(stored[i >> vector_cache.WINDOW_BITS][i & 31], copied[i]) for i in copied)
 
 
-@pytest.mark.parametrize("parallel_rows, block", [(1000, 32_768), (10**9, 333), (1000, 333)])
-def test_the_blocked_and_two_thread_hamming_pass_finds_the_same_neighbours(tmp_path, monkeypatch, parallel_rows, block):
+@pytest.mark.parametrize("block", [16_384, 333])
+def test_the_blocked_hamming_pass_finds_the_same_neighbours(tmp_path, monkeypatch, block):
     monkeypatch.setattr(vector_cache, "EXACT_SCAN_ROWS", 100)
     vectors = clustered(5001, dim=384, centres=500)
     path = tmp_path / "x.vectors"
@@ -178,7 +181,6 @@ def test_the_blocked_and_two_thread_hamming_pass_finds_the_same_neighbours(tmp_p
     query = queries[0] / np.linalg.norm(queries[0])
     code = vector_cache._sign_codes(query[None, :], cache.mean, cache.codes.shape[0])[:, 0]
     distance = sum(np.bitwise_count(cache.codes[w] ^ code[w]).astype(int) for w in range(len(code)))
-    monkeypatch.setattr(vector_cache, "PARALLEL_ROWS", parallel_rows)
     monkeypatch.setattr(vector_cache, "HAMMING_BLOCK", block)
     shortlist = cache._shortlist(query, 400)
     assert len(shortlist) == 400 and distance[shortlist].max() <= np.sort(distance)[399]
@@ -214,3 +216,33 @@ def test_rows_read_with_pread_equal_rows_read_through_the_mapping(tmp_path, monk
     read = [cache.knn(q, 10) for q in queries], cache.vectors_for(chunks)
     assert mapped[0] == read[0] and len(mapped[1]) == len(set(chunks))
     assert all(np.array_equal(mapped[1][i], read[1][i]) for i in mapped[1])
+
+
+def test_a_hybrid_search_runs_the_vector_pass_beside_the_keyword_pass(tmp_path, make_kb, monkeypatch):
+    root = tmp_path / "notes"
+    root.mkdir()
+    for i in range(6):
+        (root / f"n{i}.md").write_text(f"# Note {i}\n\nkiwi mango smoothie, recipe number {i} of the summer\n")
+    kb = make_kb(root)
+    kb.index()
+    alone = kb.search("kiwi smoothie recipe", k=4)
+    vector_pass_started = threading.Event()
+    knn, keyword_copy, fts5 = VectorCache.knn, KeywordCache.search, IndexStore.keyword
+
+    def knn_that_says_so(self, *args, **kwargs):
+        vector_pass_started.set()
+        return knn(self, *args, **kwargs)
+
+    def waiting_for_the_vector_pass(search):
+        def keyword(*args, **kwargs):
+            assert vector_pass_started.wait(10), "the vector pass waited for the keyword pass"
+            return search(*args, **kwargs)
+        return keyword
+
+    monkeypatch.setattr(VectorCache, "knn", knn_that_says_so)
+    monkeypatch.setattr(KeywordCache, "search", waiting_for_the_vector_pass(keyword_copy))
+    monkeypatch.setattr(IndexStore, "keyword", waiting_for_the_vector_pass(fts5))
+    beside = kb.search("kiwi smoothie recipe", k=4)
+    assert vector_pass_started.is_set()
+    assert [(h.path, h.score, h.found_by) for h in beside.hits] == [(h.path, h.score, h.found_by) for h in alone.hits]
+    assert {"vector", "keyword"} <= {way for hit in beside.hits for way in hit.found_by}

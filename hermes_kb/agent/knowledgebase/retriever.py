@@ -11,6 +11,7 @@ import functools
 import logging
 import os
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Sequence
@@ -339,13 +340,18 @@ class _Candidate:
         return max(0.0, REFERENCE_BASELINE + (self.cosine - baseline) * (1.0 - REFERENCE_BASELINE) / (1.0 - baseline))
 
 
+def _nearest(sources: Sequence[SearchSource], pool: int,
+             allowed: dict[Path, np.ndarray]) -> dict[Path, list[tuple[int, float]]]:
+    """The `pool` nearest chunks of each source to its model's query vector."""
+    return {s.key: s.vector_index.knn(s.model.vector, pool, allowed.get(s.key)) for s in sources}
+
+
 def _gather(sources: Sequence[SearchSource], query: str, terms: list[str], options: SearchOptions,
             result: SearchResult, allowed: dict[Path, np.ndarray]) -> list[_Candidate]:
     """Each source's keyword and vector candidates for `query`, whose words asked about are `terms`
     (analysis.query_words); with a filter, `allowed` holds the chunk ids each pass is restricted to,
     so a narrow filter fills its pool as an unfiltered search does."""
     pool = max(50, 4 * options.k)
-    searched = terms + identifier_terms(query, terms)  # the scale (keyword_scale) counts the query's own words only
     use_keyword = options.mode in ("hybrid", "keyword") and bool(terms)
     vector_sources = []
     if options.mode in ("hybrid", "vector"):
@@ -358,26 +364,20 @@ def _gather(sources: Sequence[SearchSource], query: str, terms: list[str], optio
     by_source: dict[str, dict[int, _Candidate]] = {source.key: {} for source in sources}
     deeper: dict[str, dict[int, float]] = {}
     scales: dict[Path, float] = {}
-    # Embedding the query on a second thread while FTS5 runs was measured: on 2 cores the two
-    # slow each other down as much as they overlap (hybrid p50 at 100k chunks 20.3 ms vs 19.4 ms).
-    for source in sources if use_keyword else ():
-        # One keyword pass ranks deeper than the pool: the rows past the pool are not candidates,
-        # but they give vector candidates their bm25 without a second search.
-        depth = max(pool, KEYWORD_SCORE_DEPTH) if options.mode == "hybrid" else pool
-        only = allowed.get(source.key)
-        if source.keywords:
-            keyword_scores = source.keywords.search(searched, depth, source.languages, only)
-        else:
-            keyword_scores = source.store.keyword(affordable_terms(source.store, searched, options.keyword_row_budget), depth, only)
-        for rank, (chunk_id, score) in enumerate(keyword_scores[:pool]):
-            by_source[source.key][chunk_id] = _Candidate(source, chunk_id, bm25=score, found_by=["keyword"],
-                                                          keyword_rank=rank)
-        deeper[source.key] = dict(keyword_scores)
-        scales[source.key] = keyword_scale(source, terms)
-        _mark_exact(source, query, by_source[source.key], deeper[source.key], only)
+    # The vector search of each memory-mapped copy (numpy and pread, no database connection) runs on a
+    # second thread beside the keyword pass (FTS5 or the keyword copy): both release the GIL for
+    # most of their time. The query is embedded before (by the caller), not beside: its two threads
+    # waited on each other while a core ran FTS5 (5.5 -> 12 ms at 1M chunks; docs/benchmarks.md).
+    mapped = [source for source in vector_sources if source.vectors is not None] if use_keyword else []
+    with ThreadPoolExecutor(max_workers=1) as beside:
+        ahead = beside.submit(_nearest, mapped, pool, allowed) if mapped else None
+        if use_keyword:
+            _keyword_pass(sources, query, terms, options, pool, allowed, by_source, deeper, scales)
+        nearest = ahead.result() if ahead else {}
+    nearest.update(_nearest([source for source in vector_sources if source.key not in nearest], pool, allowed))
     for source in vector_sources:
         by_id, vector = by_source[source.key], source.model.vector
-        for rank, (chunk_id, cosine) in enumerate(source.vector_index.knn(vector, pool, allowed.get(source.key))):
+        for rank, (chunk_id, cosine) in enumerate(nearest[source.key]):
             candidate = by_id.setdefault(chunk_id, _Candidate(source, chunk_id))
             candidate.cosine, candidate.vector_rank = cosine, rank
             candidate.found_by.insert(0, "vector")
@@ -393,6 +393,28 @@ def _gather(sources: Sequence[SearchSource], query: str, terms: list[str], optio
     if options.mode == "hybrid" and use_keyword and not any(deeper.values()):
         result.unmatched = terms
     return candidates
+
+
+def _keyword_pass(sources: Sequence[SearchSource], query: str, terms: list[str], options: SearchOptions, pool: int,
+                  allowed: dict[Path, np.ndarray], by_source: dict[str, dict[int, _Candidate]],
+                  deeper: dict[str, dict[int, float]], scales: dict[Path, float]) -> None:
+    """Each source's keyword candidates into `by_source`, its scores to `depth` into `deeper`."""
+    searched = terms + identifier_terms(query, terms)  # the scale (keyword_scale) counts the query's own words only
+    for source in sources:
+        # One keyword pass ranks deeper than the pool: the rows past the pool are not candidates,
+        # but they give vector candidates their bm25 without a second search.
+        depth = max(pool, KEYWORD_SCORE_DEPTH) if options.mode == "hybrid" else pool
+        only = allowed.get(source.key)
+        if source.keywords:
+            keyword_scores = source.keywords.search(searched, depth, source.languages, only)
+        else:
+            keyword_scores = source.store.keyword(affordable_terms(source.store, searched, options.keyword_row_budget), depth, only)
+        for rank, (chunk_id, score) in enumerate(keyword_scores[:pool]):
+            by_source[source.key][chunk_id] = _Candidate(source, chunk_id, bm25=score, found_by=["keyword"],
+                                                          keyword_rank=rank)
+        deeper[source.key] = dict(keyword_scores)
+        scales[source.key] = keyword_scale(source, terms)
+        _mark_exact(source, query, by_source[source.key], deeper[source.key], only)
 
 
 def _mark_exact(source: SearchSource, query: str, by_id: dict[int, _Candidate], bm25: dict[int, float],
