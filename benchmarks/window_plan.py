@@ -54,7 +54,7 @@ PLANS = {  # today: 128-piece windows overlapping by 20, the heading before each
     "one vector": [mock.patch.object(chunker, "_windows", lambda base, start, end: ())],  # cut at 256 pieces
     "first window": [mock.patch.object(chunker, "_windows", first_window)],
 }
-PLANS["overlap 0, heading once"] = PLANS["overlap 0"] + PLANS["heading once"]
+PLANS["overlap 0 + heading once"] = PLANS["overlap 0"] + PLANS["heading once"]
 
 
 def pieces(documents: int, tokenizer) -> tuple[int, int]:
