@@ -294,6 +294,17 @@ def state(path: Path, generation: str, magic: bytes, what: str, places_of: Place
     return "corrupt" if is_damaged(path, magic, what, places_of, full, always) else "stale"
 
 
+def claimed_generation(path: Path, magic: bytes) -> str | None:
+    """The generation a copy's header claims, nothing checked: enough to know a copy is of another
+    state (and so rebuilt whatever its blocks hold) without reading them."""
+    try:
+        with open(path, "rb") as handle:
+            info = _parse_header(handle.read(HEADER_BYTES), magic)
+    except OSError:
+        return None
+    return None if info is None else info["generation"]
+
+
 def read_generation(path: Path, magic: bytes, places_of: PlacesOf, always: Iterable[str] | None = None,
                     full: bool = False) -> str | None:
     """The generation a copy was built from; None when it is missing, not such a copy, not the size its

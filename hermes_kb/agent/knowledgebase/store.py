@@ -595,8 +595,10 @@ class IndexStore(StoreCommon):
         1.2 s per 100k vectors here. The layout is checked as it is read; the version is pinned.
         """
         dim = int(self.meta("dimension") or 0)
+        # No ORDER BY: SQLite sorted every vector blob in a temporary B-tree before the first row
+        # (1.77M vectors: 25 s of a 41 s cache rebuild, against 4.7 s for the whole read without it).
         rows = self.conn.execute("SELECT c.size, c.validity, c.rowids, v.vectors FROM chunk_vec_chunks c "
-                                 "JOIN chunk_vec_vector_chunks00 v ON v.rowid = c.chunk_id ORDER BY c.chunk_id")
+                                 "JOIN chunk_vec_vector_chunks00 v ON v.rowid = c.chunk_id")
         for size, validity, rowids, vectors in rows:
             if len(rowids) != 8 * size or len(vectors) != 4 * size * dim or len(validity) * 8 < size:
                 raise StoreError(f"{self.path}: unexpected sqlite-vec storage layout; vectors cannot be copied.")

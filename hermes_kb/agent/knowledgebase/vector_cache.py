@@ -207,7 +207,9 @@ def refresh(store) -> bool:
     derived_file.remove_leftovers(path)  # temporaries of a build that was killed
     with store.snapshot():
         generation = store.generation()
-        if read_generation(path, full=True) == generation:  # every block checked: a damaged copy is rebuilt
+        # Every block is checked (a damaged copy is rebuilt), but only of a copy whose header claims
+        # this state: checking an older copy read all of it for nothing (7 s of 19 at 1M chunks).
+        if derived_file.claimed_generation(path, MAGIC) == generation and read_generation(path, full=True) == generation:
             return False
         identity = store.model_identity()
         if identity is None or not store.has_vector_table():
