@@ -120,6 +120,19 @@ def test_deleting_files_removes_chunks_vectors_and_terms(store):
     assert [int(i) >> 5 for ids, _ in store.iter_vectors() for i in ids] == kept
 
 
+def test_every_vector_is_read_back_once_across_storage_batches(store):
+    store.pin_model(IDENTITY)
+    rng = np.random.default_rng(5)
+    written = {}
+    for name in ("a.md", "b.md", "c.md"):
+        vectors = [v / np.linalg.norm(v) for v in rng.standard_normal((700, IDENTITY.dim)).astype(np.float32)]
+        ids = write(store, name, [f"{name} chunk {i}" for i in range(700)], vectors)
+        written.update(zip(ids, vectors))
+    read = [(int(i) >> 5, v) for ids, block in store.iter_vectors() for i, v in zip(ids, block)]
+    assert sorted(chunk_id for chunk_id, _ in read) == sorted(written)  # 2,100 rows: past one batch of 1,024
+    assert all(np.allclose(v, written[chunk_id], atol=1e-3) for chunk_id, v in read)
+
+
 def test_a_failed_write_leaves_the_file_as_it_was(store):
     store.pin_model(IDENTITY)
     before = write(store, "a.md", ["original"], [unit(1)])

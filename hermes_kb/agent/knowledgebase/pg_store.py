@@ -470,8 +470,10 @@ class PgIndexStore(StoreCommon):
         return self.conn.execute(f"SELECT COUNT(*) FROM {self._t('chunk_vec')}").fetchone()[0] if self.has_vector_table() else 0
 
     def iter_vectors(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Every (ids, vectors), 1024 at a time, for a local vector copy."""
-        with self.conn.cursor(binary=True) as cursor:
+        """Every (ids, vectors), 1024 at a time, for a local vector copy. Through a server-side cursor:
+        a client-side one holds the whole result in libpq's memory before the first row (50k vectors:
+        +86 MB of peak RSS; 1.77M would be ~3 GB)."""
+        with self.conn.transaction(), self.conn.cursor(name="hermes_kb_vectors", binary=True) as cursor:
             cursor.execute(f"SELECT id, embedding FROM {self._t('chunk_vec')} ORDER BY id")
             while rows := cursor.fetchmany(1024):
                 yield _unpack(rows)
