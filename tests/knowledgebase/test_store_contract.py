@@ -13,6 +13,7 @@ import os
 import numpy as np
 import pytest
 
+from hermes_kb.agent.knowledgebase import keyword_cache, vector_cache
 from hermes_kb.agent.knowledgebase.chunker import Chunk
 from hermes_kb.agent.knowledgebase.embeddings import ModelIdentity
 from hermes_kb.agent.knowledgebase.store import IndexStore, StoreError
@@ -131,6 +132,25 @@ def test_every_vector_is_read_back_once_across_storage_batches(store):
     read = [(int(i) >> 5, v) for ids, block in store.iter_vectors() for i, v in zip(ids, block)]
     assert sorted(chunk_id for chunk_id, _ in read) == sorted(written)  # 2,100 rows: past one batch of 1,024
     assert all(np.allclose(v, written[chunk_id], atol=1e-3) for chunk_id, v in read)
+
+
+@pytest.mark.parametrize("copy", [vector_cache, keyword_cache])
+def test_a_copy_whose_build_fails_midway_leaves_the_store_usable(store, monkeypatch, copy):
+    store.pin_model(IDENTITY)
+    rng = np.random.default_rng(6)
+    for name in ("a.md", "b.md"):
+        write(store, name, [f"{name} words {i}" for i in range(1100)],
+              [v / np.linalg.norm(v) for v in rng.standard_normal((1100, IDENTITY.dim)).astype(np.float32)])
+
+    def disk_full_after_one_batch(path, generation, *arguments):
+        next(iter(arguments[-1]))
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(copy, "build", disk_full_after_one_batch)
+    with pytest.raises(OSError, match="No space left"):
+        copy.refresh(store)
+    write(store, "c.md", ["written after"], [unit(1)])
+    assert store.vector_count() == 2201 and len(list(store.iter_terms())) == 2201
 
 
 def test_a_failed_write_leaves_the_file_as_it_was(store):

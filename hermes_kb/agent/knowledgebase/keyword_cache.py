@@ -19,6 +19,7 @@ allocate gigabytes; a damaged copy is refused like a stale one.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import math
 from collections import Counter
@@ -238,13 +239,14 @@ def refresh(store) -> bool:
             path.unlink(missing_ok=True)
             return False
         previous = _previous_copy(path, generation)
-        if previous is None:
-            build(path, generation, store.iter_terms())
-            return True
-        ids, tokens, written = store.term_lengths()
-        changed = ids[(written > counter(previous.generation)) | ~np.isin(ids, previous.ids)]
-        if len(changed) > len(ids) // 2:
-            build(path, generation, store.iter_terms())
+        if previous is not None:
+            ids, tokens, written = store.term_lengths()
+            changed = ids[(written > counter(previous.generation)) | ~np.isin(ids, previous.ids)]
+        if previous is None or len(changed) > len(ids) // 2:
+            # Closed before the snapshot ends, even when the build fails: on PostgreSQL the rows
+            # come through a server-side cursor inside its own transaction block.
+            with contextlib.closing(store.iter_terms()) as rows:
+                build(path, generation, rows)
         else:
             _write(path, generation, _merged(previous, ids, tokens, _collect(store.terms_of(changed.tolist()))))
     return True

@@ -470,13 +470,18 @@ class PgIndexStore(StoreCommon):
         return self.conn.execute(f"SELECT COUNT(*) FROM {self._t('chunk_vec')}").fetchone()[0] if self.has_vector_table() else 0
 
     def iter_vectors(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Every (ids, vectors), 1024 at a time, for a local vector copy. Through a server-side cursor:
-        a client-side one holds the whole result in libpq's memory before the first row (50k vectors:
-        +86 MB of peak RSS; 1.77M would be ~3 GB)."""
-        with self.conn.transaction(), self.conn.cursor(name="hermes_kb_vectors", binary=True) as cursor:
-            cursor.execute(f"SELECT id, embedding FROM {self._t('chunk_vec')} ORDER BY id")
+        """Every (ids, vectors), 1024 at a time, for a local vector copy."""
+        for rows in self._streamed("vectors", f"SELECT id, embedding FROM {self._t('chunk_vec')} ORDER BY id", binary=True):
+            yield _unpack(rows)
+
+    def _streamed(self, name: str, sql: str, binary: bool = False) -> Iterator[list[tuple]]:
+        """The rows of `sql`, 1024 at a time, through a server-side cursor (`name`, one open at a time
+        each): a client-side cursor holds the whole result in libpq's memory before the first row
+        (50k vectors: +86 MB of peak RSS, so ~3 GB at 1.77M; +11 MB so)."""
+        with self.conn.transaction(), self.conn.cursor(name=f"hermes_kb_{name}", binary=binary) as cursor:
+            cursor.execute(sql)
             while rows := cursor.fetchmany(1024):
-                yield _unpack(rows)
+                yield rows
 
     def build_vector_index(self) -> None:
         """The HNSW index (cosine over halfvec), after a bulk load: built once, then kept by inserts."""
@@ -594,8 +599,8 @@ class PgIndexStore(StoreCommon):
         return int(count), int(size)
 
     def iter_terms(self) -> Iterator[tuple[int, int, bytes]]:
-        rows = self.conn.execute(f"SELECT chunk_id, tokens, terms FROM {self._t('chunk_terms')} ORDER BY chunk_id").fetchall()
-        return iter([(r[0], r[1], bytes(r[2])) for r in rows])
+        for rows in self._streamed("terms", f"SELECT chunk_id, tokens, terms FROM {self._t('chunk_terms')} ORDER BY chunk_id"):
+            yield from ((r[0], r[1], bytes(r[2])) for r in rows)
 
     def terms_of(self, chunk_ids: Sequence[int]) -> list[tuple[int, int, bytes]]:
         rows = self.conn.execute(f"SELECT chunk_id, tokens, terms FROM {self._t('chunk_terms')} WHERE chunk_id = ANY(%s) "

@@ -25,6 +25,7 @@ one. The index run checks every block before it keeps a copy as current.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 from pathlib import Path
@@ -215,7 +216,10 @@ def refresh(store) -> bool:
         if identity is None or not store.has_vector_table():
             path.unlink(missing_ok=True)
             return False
-        build(path, generation, identity.dim, store.vector_count(), store.iter_vectors())
+        # Closed before the snapshot ends, even when the build fails: on PostgreSQL the rows come
+        # through a server-side cursor inside its own transaction block.
+        with contextlib.closing(store.iter_vectors()) as batches:
+            build(path, generation, identity.dim, store.vector_count(), batches)
     return True
 
 
