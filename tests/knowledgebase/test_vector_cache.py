@@ -1,9 +1,10 @@
 import threading
+from concurrent.futures import Future
 
 import numpy as np
 import pytest
 
-from hermes_kb.agent.knowledgebase import vector_cache
+from hermes_kb.agent.knowledgebase import retriever, vector_cache
 from hermes_kb.agent.knowledgebase.keyword_cache import KeywordCache
 from hermes_kb.agent.knowledgebase.store import IndexStore, remove_index
 from hermes_kb.agent.knowledgebase.vector_cache import VectorCache, build, cache_path, read_generation
@@ -225,7 +226,25 @@ def test_a_hybrid_search_runs_the_vector_pass_beside_the_keyword_pass(tmp_path, 
         (root / f"n{i}.md").write_text(f"# Note {i}\n\nkiwi mango smoothie, recipe number {i} of the summer\n")
     kb = make_kb(root)
     kb.index()
-    alone = kb.search("kiwi smoothie recipe", k=4)
+
+    class OneAfterTheOther:  # an executor that runs what it is given at once, on the caller's thread
+        def __init__(self, max_workers):
+            pass
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def submit(self, function, *args):
+            done = Future()
+            done.set_result(function(*args))
+            return done
+
+    with monkeypatch.context() as sequential:
+        sequential.setattr(retriever, "ThreadPoolExecutor", OneAfterTheOther)
+        alone = kb.search("kiwi smoothie recipe", k=4)
     vector_pass_started = threading.Event()
     knn, keyword_copy, fts5 = VectorCache.knn, KeywordCache.search, IndexStore.keyword
 
@@ -246,3 +265,21 @@ def test_a_hybrid_search_runs_the_vector_pass_beside_the_keyword_pass(tmp_path, 
     assert vector_pass_started.is_set()
     assert [(h.path, h.score, h.found_by) for h in beside.hits] == [(h.path, h.score, h.found_by) for h in alone.hits]
     assert {"vector", "keyword"} <= {way for hit in beside.hits for way in hit.found_by}
+
+
+def test_a_hybrid_search_at_interpreter_shutdown_runs_both_passes_on_its_own_thread(tmp_path, make_kb, monkeypatch):
+    root = tmp_path / "notes"
+    root.mkdir()
+    for i in range(4):
+        (root / f"n{i}.md").write_text(f"# Note {i}\n\nkiwi mango smoothie, recipe number {i}\n")
+    kb = make_kb(root)
+    kb.index()
+    before = kb.search("kiwi smoothie recipe", k=3)
+
+    def no_new_threads(self, *args, **kwargs):
+        raise RuntimeError("cannot schedule new futures after interpreter shutdown")
+
+    monkeypatch.setattr(retriever.ThreadPoolExecutor, "submit", no_new_threads)
+    after = kb.search("kiwi smoothie recipe", k=3)
+    assert [(h.path, h.score, h.found_by) for h in after.hits] == [(h.path, h.score, h.found_by) for h in before.hits]
+    assert any("vector" in hit.found_by for hit in after.hits)

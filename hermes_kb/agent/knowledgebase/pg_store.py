@@ -470,14 +470,17 @@ class PgIndexStore(StoreCommon):
         return self.conn.execute(f"SELECT COUNT(*) FROM {self._t('chunk_vec')}").fetchone()[0] if self.has_vector_table() else 0
 
     def iter_vectors(self) -> Iterator[tuple[np.ndarray, np.ndarray]]:
-        """Every (ids, vectors), 1024 at a time, for a local vector copy."""
-        for rows in self._streamed("vectors", f"SELECT id, embedding FROM {self._t('chunk_vec')} ORDER BY id", binary=True):
+        """Every (ids, vectors), 1024 at a time, in no particular order, for a local vector copy. Close
+        it (contextlib.closing) before the snapshot it is read in ends: see `_streamed`."""
+        for rows in self._streamed("vectors", f"SELECT id, embedding FROM {self._t('chunk_vec')}", binary=True):
             yield _unpack(rows)
 
     def _streamed(self, name: str, sql: str, binary: bool = False) -> Iterator[list[tuple]]:
         """The rows of `sql`, 1024 at a time, through a server-side cursor (`name`, one open at a time
         each): a client-side cursor holds the whole result in libpq's memory before the first row
-        (50k vectors: +86 MB of peak RSS, so ~3 GB at 1.77M; +11 MB so)."""
+        (50k vectors: +86 MB of peak RSS, so ~3 GB at 1.77M; +11 MB so). The cursor lives in a
+        transaction block of its own until the iterator is exhausted or closed: one left half-read
+        past the end of an enclosing snapshot breaks the connection's transaction nesting."""
         with self.conn.transaction(), self.conn.cursor(name=f"hermes_kb_{name}", binary=binary) as cursor:
             cursor.execute(sql)
             while rows := cursor.fetchmany(1024):
@@ -599,6 +602,7 @@ class PgIndexStore(StoreCommon):
         return int(count), int(size)
 
     def iter_terms(self) -> Iterator[tuple[int, int, bytes]]:
+        """Every chunk's (id, tokens, terms) in id order; close it before its snapshot ends (`_streamed`)."""
         for rows in self._streamed("terms", f"SELECT chunk_id, tokens, terms FROM {self._t('chunk_terms')} ORDER BY chunk_id"):
             yield from ((r[0], r[1], bytes(r[2])) for r in rows)
 

@@ -370,7 +370,10 @@ def _gather(sources: Sequence[SearchSource], query: str, terms: list[str], optio
     # waited on each other while a core ran FTS5 (5.5 -> 12 ms at 1M chunks; docs/benchmarks.md).
     mapped = [source for source in vector_sources if source.vectors is not None] if use_keyword else []
     with ThreadPoolExecutor(max_workers=1) as beside:
-        ahead = beside.submit(_nearest, mapped, pool, allowed) if mapped else None
+        try:
+            ahead = beside.submit(_nearest, mapped, pool, allowed) if mapped else None
+        except RuntimeError:  # the interpreter is shutting down and starts no thread: all on this one
+            ahead = None
         if use_keyword:
             _keyword_pass(sources, query, terms, options, pool, allowed, by_source, deeper, scales)
         nearest = ahead.result() if ahead else {}
