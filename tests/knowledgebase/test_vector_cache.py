@@ -219,13 +219,19 @@ def test_rows_read_with_pread_equal_rows_read_through_the_mapping(tmp_path, monk
     assert all(np.array_equal(mapped[1][i], read[1][i]) for i in mapped[1])
 
 
-def test_a_hybrid_search_runs_the_vector_pass_beside_the_keyword_pass(tmp_path, make_kb, monkeypatch):
+def indexed_recipes(tmp_path, make_kb):
+    """A knowledgebase of six short notes, indexed, with current vector and keyword copies."""
     root = tmp_path / "notes"
     root.mkdir()
     for i in range(6):
         (root / f"n{i}.md").write_text(f"# Note {i}\n\nkiwi mango smoothie, recipe number {i} of the summer\n")
     kb = make_kb(root)
     kb.index()
+    return kb
+
+
+def test_a_hybrid_search_runs_the_vector_pass_beside_the_keyword_pass(tmp_path, make_kb, monkeypatch):
+    kb = indexed_recipes(tmp_path, make_kb)
 
     class OneAfterTheOther:  # an executor that runs what it is given at once, on the caller's thread
         def __init__(self, max_workers):
@@ -268,12 +274,7 @@ def test_a_hybrid_search_runs_the_vector_pass_beside_the_keyword_pass(tmp_path, 
 
 
 def test_a_hybrid_search_at_interpreter_shutdown_runs_both_passes_on_its_own_thread(tmp_path, make_kb, monkeypatch):
-    root = tmp_path / "notes"
-    root.mkdir()
-    for i in range(4):
-        (root / f"n{i}.md").write_text(f"# Note {i}\n\nkiwi mango smoothie, recipe number {i}\n")
-    kb = make_kb(root)
-    kb.index()
+    kb = indexed_recipes(tmp_path, make_kb)
     before = kb.search("kiwi smoothie recipe", k=3)
 
     def no_new_threads(self, *args, **kwargs):
