@@ -153,6 +153,20 @@ def test_a_copy_whose_build_fails_midway_leaves_the_store_usable(store, monkeypa
     assert store.vector_count() == 2201 and len(list(store.iter_terms())) == 2201
 
 
+def test_a_re_analysis_reads_the_texts_in_batches_and_keeps_every_chunk_searchable(store, monkeypatch):
+    from hermes_kb.agent.knowledgebase import store as store_module
+
+    store.pin_model(IDENTITY)
+    ids = write(store, "a.md", ["kiwi smoothie", "mango lassi", "papaya salad"], [unit(1), unit(0, 1), unit(0, 0, 1)])
+    ids += write(store, "b.md", ["lime sorbet", "guava jam"], [unit(1, 1), unit(1, 0, 1)])
+    monkeypatch.setattr(store_module, "REANALYSE_BATCH", 2)  # three batches, the last one short
+    store.set_meta(analyzer="an older analyzer")
+    assert store.reanalyse() == 5
+    for chunk_id, word in zip(ids, ["kiwi", "mango", "papaya", "lime", "guava"]):
+        assert [found for found, _ in store.keyword([word], 10)] == [chunk_id]
+    assert store.vector_count() == 5
+
+
 def test_a_failed_write_leaves_the_file_as_it_was(store):
     store.pin_model(IDENTITY)
     before = write(store, "a.md", ["original"], [unit(1)])

@@ -265,21 +265,22 @@ class PgIndexStore(StoreCommon):
                 self.conn.execute(f"DELETE FROM {self._t('chunk_terms')}")
                 generation = self._bump_generation()
                 self.conn.execute(f"DELETE FROM {self._t('meta')} WHERE key = 'languages'")
-                rows = self.conn.execute(f"SELECT id, text, heading FROM {self._t('chunks')} ORDER BY id").fetchall()
-                used: set[str] = set()
-                with self.conn.cursor() as cursor, cursor.copy(
-                        f"COPY {self._t('chunk_terms')}(chunk_id, tokens, terms, written, hashes) FROM STDIN") as copy:
-                    for chunk_id, text, heading in rows:
-                        text_terms, heading_terms, latin = analysis.index_tokens(text, heading)
-                        used.add(latin)
-                        copy.write_row(_term_row(chunk_id, text_terms, heading_terms, generation))
+                done, used = 0, set()
+                for rows in self._chunk_texts("%s"):  # one COPY a batch: a query cannot run while one is open
+                    with self.conn.cursor() as cursor, cursor.copy(
+                            f"COPY {self._t('chunk_terms')}(chunk_id, tokens, terms, written, hashes) FROM STDIN") as copy:
+                        for chunk_id, text, heading in rows:
+                            text_terms, heading_terms, latin = analysis.index_tokens(text, heading)
+                            used.add(latin)
+                            copy.write_row(_term_row(chunk_id, text_terms, heading_terms, generation))
+                    done += len(rows)
                 self._record_languages(used)
                 self.set_meta(schema_version=SCHEMA_VERSION, analyzer=analysis.ANALYZER)
         except psycopg.errors.InsufficientPrivilege:
             raise StoreError(f"The index of {self.name} was written by an older hermes-knowledgebase and needs its "
                              f"keyword terms made again, which its owner's next `hermes kb index` does (this role may "
                              f"not write it).") from None
-        return len(rows)
+        return done
 
     def _check_owner(self) -> None:
         owner = foreign_owner(self.conn, self.schema)

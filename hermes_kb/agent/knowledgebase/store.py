@@ -38,6 +38,7 @@ WINDOW_BITS = vector_cache.WINDOW_BITS
 WINDOW_SLOTS = 1 << WINDOW_BITS
 VECTOR_IDS = f"chunk<<{WINDOW_BITS}|window"  # recorded in meta: how chunk_vec rowids name a chunk's windows
 DF_SAMPLE_WINDOWS, DF_SAMPLE_ROWS = 4, 1000  # where document frequencies are estimated
+REANALYSE_BATCH = 1_000  # chunks whose texts a re-analysis reads at once: the texts of 1M chunks are GBs
 DF_REMEMBERED = 10_000  # terms whose estimates a reader keeps until the index changes
 # Columns of `files` added since schema 2, each given to an older index when it is opened.
 FACET_COLUMNS = (("tags", "TEXT NOT NULL DEFAULT ''"), ("dated", "REAL"), ("recognised", "TEXT NOT NULL DEFAULT ''"))
@@ -237,6 +238,15 @@ class StoreCommon:
     each supplies conn, path, _t (a table's qualified name), meta, all_meta, set_meta, has_vector_table, transaction,
     _bump_generation, _insert_vectors and _delete_paths."""
 
+    def _chunk_texts(self, placeholder: str) -> Iterator[list[tuple[int, str, str]]]:
+        """(id, text, heading) of every chunk, REANALYSE_BATCH at a time in id order (`placeholder`:
+        the driver's parameter mark), never all of them in memory at once."""
+        after = -1
+        while rows := self.conn.execute(f"SELECT id, text, heading FROM {self._t('chunks')} WHERE id > {placeholder} "
+                                        f"ORDER BY id LIMIT {REANALYSE_BATCH}", (after,)).fetchall():
+            yield rows
+            after = rows[-1][0]
+
     def close(self) -> None:
         self.conn.close()
 
@@ -390,9 +400,8 @@ class IndexStore(StoreCommon):
             generation = self._bump_generation()
             done, used = 0, set()
             self.conn.execute("DELETE FROM meta WHERE key = 'languages'")
-            rows = self.conn.execute("SELECT id, text, heading FROM chunks ORDER BY id").fetchall()
-            for begin in range(0, len(rows), 1000):
-                batch = [(chunk_id, *analysis.index_tokens(text, heading)) for chunk_id, text, heading in rows[begin:begin + 1000]]
+            for rows in self._chunk_texts("?"):
+                batch = [(chunk_id, *analysis.index_tokens(text, heading)) for chunk_id, text, heading in rows]
                 self.conn.executemany("INSERT INTO chunks_fts(rowid, text, heading) VALUES (?, ?, ?)",
                                       [(chunk_id, " ".join(t), " ".join(h)) for chunk_id, t, h, _ in batch])
                 self.conn.executemany("INSERT INTO chunk_terms(chunk_id, tokens, terms, written) VALUES (?, ?, ?, ?)",
