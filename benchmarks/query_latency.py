@@ -6,8 +6,10 @@ benchmarks/retrieval.py builds), repeated with small Gaussian noise on the
 vectors, so both FTS statistics and vector neighbourhoods look like a real
 corpus. Queries are SciFact test claims, embedded by the real model, and the
 timings include that embedding. Also reported: the sqlite-vec scan the vector
-cache replaces, the rebuild time of the vector and keyword caches, and the peak RSS of a separate
-process that opens the index and answers the same hybrid queries.
+cache replaces, the time to bring the vector and keyword caches up to date from scratch and after
+one file (50 chunks) changed (a vector copy of 50k+ vectors is then kept, and the searches measured
+run with it and that change beside it: vector_cache.VectorDelta, as after a real edit), and the peak
+RSS of a separate process that opens the index and answers the same hybrid queries.
 
     python benchmarks/query_latency.py --sizes 10000,100000,1000000
 
@@ -68,7 +70,7 @@ def build(root: Path, size: int, texts: list[str], vectors: list[np.ndarray], rn
     file with `metadata(file_no)`.
 
     Returns the knowledgebase, the exact matrix of every window vector with the row where each
-    chunk's windows start, and the seconds each derived copy took to rebuild: from scratch, then
+    chunk's windows start, and the seconds each derived copy's refresh took: from scratch, then
     after one file (50 chunks) was written again."""
     root.mkdir(parents=True)
     config = parse_knowledgebase({"directories": [str(root)]})
@@ -182,7 +184,7 @@ def main() -> None:
             del matrix
     report("Warm query latency, embedding included (k=10)",
            ["chunks", "search", "p50 ms", "p95 ms", "vs numpy exact", "recall@10 vs exact", "index bytes/chunk",
-            "peak RSS, fresh process", "cache rebuild: from scratch / one file changed"],
+            "peak RSS, fresh process", "cache refresh: from scratch / one file changed"],
            rows, write=not args.no_write)
     if not args.no_write:
         save_figures("query_latency", figures)

@@ -164,6 +164,8 @@ def test_reading_sqlite_vec_storage_directly_matches_the_virtual_table(tmp_path)
         store.delete_files(["f3.txt", "f12.txt"])  # leaves invalid slots behind
         copied = {int(i): v for ids, block in store.iter_vectors() for i, v in zip(ids, block)}
         assert len(copied) == store.vector_count() == 2300
+        table = {i: np.frombuffer(blob, dtype=np.float32) for i, blob in store.conn.execute("SELECT rowid, embedding FROM chunk_vec")}
+        assert table.keys() == copied.keys() and all(np.array_equal(table[i], copied[i]) for i in table)
         stored = store.vectors_for(sorted({i >> vector_cache.WINDOW_BITS for i in copied}))
         assert len(stored) == 1150 and all(len(windows) == 2 for windows in stored.values())
         assert all(np.array_equal(stored[i >> vector_cache.WINDOW_BITS][i & 31], copied[i]) for i in copied)

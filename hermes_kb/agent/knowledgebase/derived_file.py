@@ -294,15 +294,27 @@ def state(path: Path, generation: str, magic: bytes, what: str, places_of: Place
     return "corrupt" if is_damaged(path, magic, what, places_of, full, always) else "stale"
 
 
-def claimed_generation(path: Path, magic: bytes) -> str | None:
-    """The generation a copy's header claims, nothing checked: enough to know a copy is of another
-    state (and so rebuilt whatever its blocks hold) without reading them."""
+def counter(generation: str) -> int:
+    """The change count of a generation: rows an index marks `written` above it were written after it."""
+    return int(generation.rsplit(":", 1)[1])
+
+
+def earlier_state(copy_generation: str | None, generation: str) -> bool:
+    """True when a copy was built from an earlier state of this same index: not a recreated index,
+    and not a later state (an index restored from a backup), whose `written` marks could not tell
+    what changed."""
+    return copy_generation is not None and copy_generation.rsplit(":", 1)[0] == generation.rsplit(":", 1)[0] \
+        and counter(copy_generation) < counter(generation)
+
+
+def claimed(path: Path, magic: bytes) -> dict | None:
+    """What a copy's header claims (generation, count...), nothing checked: enough to know a copy is of
+    another state (and so rebuilt whatever its blocks hold) without reading them."""
     try:
         with open(path, "rb") as handle:
-            info = _parse_header(handle.read(HEADER_BYTES), magic)
+            return _parse_header(handle.read(HEADER_BYTES), magic)
     except OSError:
         return None
-    return None if info is None else info["generation"]
 
 
 def read_generation(path: Path, magic: bytes, places_of: PlacesOf, always: Iterable[str] | None = None,

@@ -84,12 +84,12 @@ def _examine_contents(name: str, path: Path, store: IndexStore, shared: bool = F
     if missing or store.reembed_pending():
         findings.append(Finding(name, f"{missing} chunks of {name} have no vector (an index run is embedding them or was cut short).",
                                 f"`hermes kb index {name}` embeds them"))
-    generation, has_chunks = store.generation(), store.counts()["chunks"] > 0
+    has_chunks = store.counts()["chunks"] > 0
     for label, module in CACHES.items():
         cache = module.cache_path(path)
         if not cache.exists() and not has_chunks:
             continue
-        state = module.state(cache, generation)
+        state = module.serving_state(store)[0]
         if state == "current" or (label == "keyword cache" and keyword_cache.over_limit(store)) or \
                 (shared and state == "stale"):
             continue

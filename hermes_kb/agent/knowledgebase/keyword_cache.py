@@ -241,7 +241,7 @@ def refresh(store) -> bool:
         previous = _previous_copy(path, generation)
         if previous is not None:
             ids, tokens, written = store.term_lengths()
-            changed = ids[(written > counter(previous.generation)) | ~np.isin(ids, previous.ids)]
+            changed = ids[(written > derived_file.counter(previous.generation)) | ~np.isin(ids, previous.ids)]
         if previous is None or len(changed) > len(ids) // 2:
             # Closed before the snapshot ends, even when the build fails: on PostgreSQL the rows
             # come through a server-side cursor inside its own transaction block.
@@ -252,26 +252,13 @@ def refresh(store) -> bool:
     return True
 
 
-def counter(generation: str) -> int:
-    """The change count of a generation: chunks with `written` above it were written after it."""
-    return int(generation.rsplit(":", 1)[1])
-
-
-def earlier_state(copy_generation: str | None, generation: str) -> bool:
-    """True when a copy was built from an earlier state of this same index: not a recreated index,
-    and not a later state (an index restored from a backup), whose `written` marks could not tell
-    what changed."""
-    return copy_generation is not None and copy_generation.rsplit(":", 1)[0] == generation.rsplit(":", 1)[0] \
-        and counter(copy_generation) < counter(generation)
-
-
 def _previous_copy(path: Path, generation: str) -> "KeywordCache | None":
     """The copy on disk if it was built from an earlier state of this same index."""
     try:
         previous = KeywordCache(path)
     except (OSError, ValueError):
         return None
-    return previous if earlier_state(previous.generation, generation) else None
+    return previous if derived_file.earlier_state(previous.generation, generation) else None
 
 
 def read_generation(path: Path, full: bool = True) -> str | None:
@@ -290,6 +277,12 @@ def state(path: Path, generation: str, full: bool = True) -> str:
     """"current", "stale" (missing, older, or from another version) or "corrupt" (fails its checks):
     what status shows for the copy at `path` (a cache_path) against the index's generation."""
     return derived_file.state(path, generation, MAGIC, "keyword cache", _places_of, full, None)
+
+
+def serving_state(store) -> tuple[str, None]:
+    """state() of this store's copy (as vector_cache.serving_state; a keyword copy is never kept behind
+    by an index run)."""
+    return state(cache_path(store.path), store.generation()), None
 
 
 def leftovers(index_path: Path) -> list[Path]:

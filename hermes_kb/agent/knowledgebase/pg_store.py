@@ -619,6 +619,14 @@ class PgIndexStore(StoreCommon):
                                  f"ORDER BY chunk_id LIMIT %s", (counter, limit)).fetchall()
         return [(r[0], r[1], bytes(r[2])) for r in rows]
 
+    def vectors_touched_since(self, counter: int, limit: int) -> None:
+        """No log of vector changes on a shared server (store.VECTOR_LOG): each machine's vector copy is
+        rebuilt when the index moved on, never searched with a delta."""
+        return None
+
+    def prune_vector_log(self, counter: int) -> None:
+        """Nothing to prune (vectors_touched_since)."""
+
     def live_chunks(self, chunk_ids: Sequence[int]) -> set[int]:
         """Which of these chunk ids the index holds now."""
         rows = self.conn.execute(f"SELECT id FROM {self._t('chunks')} WHERE id = ANY(%s)", (list(chunk_ids),)).fetchall()

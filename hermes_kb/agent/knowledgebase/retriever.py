@@ -25,7 +25,7 @@ from .keyword_cache import KeywordCache, idf
 from .citations import part_label
 from .snippets import Snippet
 from .store import IndexStore
-from .vector_cache import VectorCache
+from .vector_cache import VectorCache, VectorDelta
 
 log = logging.getLogger(__name__)
 
@@ -83,7 +83,7 @@ class SearchSource:
     root: str
     store: IndexStore
     vector_refusal: str | None = None
-    vectors: VectorCache | None = None  # the store's vectors, memory-mapped, when the copy is current
+    vectors: VectorCache | VectorDelta | None = None  # the store's vectors, memory-mapped, when the copy (with its delta) is current
     keywords: KeywordCache | None = None  # its terms' posting lists, likewise
     files: Callable[[], FileTable] | None = None  # its files' facets, kept across searches while current
     model: QueryModel | None = None  # the model it was embedded with; None: keyword search only
@@ -107,7 +107,7 @@ class SearchSource:
         return self.store.path
 
     @property
-    def vector_index(self) -> VectorCache | IndexStore:
+    def vector_index(self) -> VectorCache | VectorDelta | IndexStore:
         return self.vectors or self.store
 
     def allowed(self, search_filter: SearchFilter) -> np.ndarray:

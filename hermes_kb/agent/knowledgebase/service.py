@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from . import embeddings, keyword_cache, vector_cache
+from . import derived_file, embeddings, keyword_cache, vector_cache
 from . import ocr as ocr_engine
 from .backends import backend_for
 from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, resolve_path, unique_name
@@ -27,7 +27,7 @@ from .keyword_cache import KeywordCache, KeywordDelta
 from .retriever import QueryModel, SearchError, SearchOptions, SearchResult, SearchSource, search, well_formed
 from .scanner import FILE_KINDS, IgnoreRules, scan
 from .store import IndexBusy, IndexCorrupt, IndexStore, StoreError, index_files, writer_lock
-from .vector_cache import VectorCache
+from .vector_cache import VectorCache, VectorDelta
 
 if TYPE_CHECKING:  # the indexer and the readers load when a run or a read needs them: a search does not
     from .indexer import IndexSummary, Progress
@@ -151,7 +151,7 @@ class KnowledgeBase:
         # What each model will be, known without loading it; an injected embedder must be asked.
         self._expected_identities: dict[embeddings.EmbeddingConfig, tuple[str, str]] = {}
         self._embedder_lock = threading.Lock()
-        self._copies: dict[tuple[str, Path], VectorCache | KeywordCache] = {}  # open memory maps, reused while current
+        self._copies: dict[tuple[str, Path], VectorCache | VectorDelta | KeywordCache] = {}  # open memory maps, reused while current
         self._readers: dict[tuple[Path, int], tuple[tuple[int, int], IndexStore]] = {}
         self._file_tables: dict[Path, FileTable] = {}  # filters.FileTable of each index searched with a filter
 
@@ -325,9 +325,10 @@ class KnowledgeBase:
             self._readers[key] = (current, store)
         return store
 
-    def _copy(self, kind: str, index_path: Path, store: IndexStore) -> VectorCache | KeywordCache | KeywordDelta | None:
+    def _copy(self, kind: str, index_path: Path, store: IndexStore) -> VectorCache | VectorDelta | KeywordCache | KeywordDelta | None:
         """The memory-mapped copy of this index's vectors or terms if it matches the snapshot being read
-        (on a shared server, a keyword copy a few changes behind comes with those changes)."""
+        (a large vector copy, or on a shared server a keyword copy, a few changes behind comes with
+        those changes)."""
         module, opener = DERIVED_COPIES[kind]
         generation = store.generation()
         if kind == "keyword_cache" and self.backend.shared:
@@ -335,8 +336,9 @@ class KnowledgeBase:
         copy = self._copies.get((kind, index_path))
         if copy is None or copy.generation != generation:
             # The header alone says whether the file is current: a stale one is not mapped per search.
-            if module.read_generation(module.cache_path(index_path)) != generation:
-                return None
+            on_disk = module.read_generation(module.cache_path(index_path))
+            if on_disk != generation:
+                return self._vectors_with_delta(index_path, store, on_disk, generation) if kind == "vector_cache" else None
             try:
                 copy = opener(module.cache_path(index_path))
             except (OSError, ValueError):
@@ -521,16 +523,39 @@ class KnowledgeBase:
     def _keywords_with_delta(self, index_path: Path, store: IndexStore, generation: str) -> KeywordCache | KeywordDelta | None:
         """This machine's keyword copy of a shared index, current or with the chunks written since it."""
         on_disk = keyword_cache.read_generation(keyword_cache.cache_path(index_path))
-        if on_disk is None or not (on_disk == generation or keyword_cache.earlier_state(on_disk, generation)):
+        if on_disk is None or not (on_disk == generation or derived_file.earlier_state(on_disk, generation)):
             return None
         copy = self._keyword_copy(index_path, on_disk)
         if copy is None:
             return None
         if copy.generation == generation:
             return copy
-        rows = store.terms_written_since(keyword_cache.counter(copy.generation), KEYWORD_DELTA_CHUNKS + 1)
+        rows = store.terms_written_since(derived_file.counter(copy.generation), KEYWORD_DELTA_CHUNKS + 1)
         gone = copy.count + len(rows) - store.chunk_total()  # every chunk written since has a new id
         return KeywordDelta(copy, rows, gone, store.live_chunks) if len(rows) + gone <= KEYWORD_DELTA_CHUNKS else None
+
+    def _vectors_with_delta(self, index_path: Path, store: IndexStore, on_disk: str | None,
+                            generation: str) -> VectorDelta | None:
+        """The vector copy on disk of an earlier state, with the vectors of the chunks changed since, when
+        the index run kept it instead of rebuilding (vector_cache.DELTA_CHUNKS); read once per state."""
+        delta = self._copies.get(("vector_delta", index_path))
+        if delta is not None and delta.generation == generation and delta.copy.generation == on_disk:
+            return delta
+        touched = vector_cache.delta_since(store, on_disk, generation)
+        if touched is None:
+            return None
+        copy = self._copies.get(("vector_cache", index_path))
+        if copy is None or copy.generation != on_disk:
+            try:
+                copy = VectorCache(vector_cache.cache_path(index_path))
+            except (OSError, ValueError):
+                return None
+            if copy.generation != on_disk:  # replaced since its header was read
+                return None
+            self._copies[("vector_cache", index_path)] = copy
+        delta = self._copies[("vector_delta", index_path)] = VectorDelta(copy, generation, touched,
+                                                                        store.vectors_for(touched.tolist()))
+        return delta
 
     def _keyword_copy(self, index_path: Path, generation: str) -> KeywordCache | None:
         """The keyword copy on disk, mapped once per state (its header said `generation`)."""
@@ -554,9 +579,9 @@ class KnowledgeBase:
         if on_disk == generation:
             return
         with contextlib.suppress(OSError):
-            copy = self._keyword_copy(path, on_disk) if keyword_cache.earlier_state(on_disk, generation) else None
+            copy = self._keyword_copy(path, on_disk) if derived_file.earlier_state(on_disk, generation) else None
             if copy is not None and time.time() - copy_path.stat().st_mtime < KEYWORD_DELTA_SECONDS:
-                written = store.count_written_since(keyword_cache.counter(on_disk))
+                written = store.count_written_since(derived_file.counter(on_disk))
                 if written + max(0, copy.count + written - store.chunk_total()) <= KEYWORD_DELTA_CHUNKS:
                     return
         try:
@@ -582,7 +607,7 @@ class KnowledgeBase:
     def forget(self, path: Path) -> None:
         for key in [key for key in self._readers if key[0] == path]:
             self._readers.pop(key)[1].close()
-        for kind in DERIVED_COPIES:
+        for kind in (*DERIVED_COPIES, "vector_delta"):
             self._copies.pop((kind, path), None)
 
     def read(self, path: str, start_line: int = 1, max_lines: int = 80, directory: str | None = None) -> ReadResult:
@@ -732,7 +757,9 @@ class KnowledgeBase:
                     f"multilingual vectors, set `embedding_model: multilingual` in this directory's entry of "
                     f"config.yaml (or for every directory), then `hermes kb index {directory.name} --full`.")
             for kind, (module, _) in DERIVED_COPIES.items():
-                row[kind] = module.state(module.cache_path(path), store.generation())  # current, stale or corrupt
+                row[kind], changes = module.serving_state(store)  # current, stale or corrupt
+                if changes is not None:  # a vector copy kept a few changes behind, searched with them
+                    row[f"{kind}_changes"] = changes
             if row["keyword_cache"] == "stale" and keyword_cache.over_limit(store):
                 row["keyword_cache"] = "off"
             row["size_bytes"] = store.size_bytes()

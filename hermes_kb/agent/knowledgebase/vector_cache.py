@@ -16,7 +16,9 @@ the process holding the writer lock, and swapped in with one rename (hence one
 hand-laid-out file rather than several .npy files). It records the index's
 generation; a reader uses it only when that equals the generation in the same
 read snapshot, so a stale copy is never searched: the caller falls back to
-sqlite-vec until the next rebuild. Its checksums (derived_file) are checked
+sqlite-vec until the next rebuild. A large copy a few changes behind
+is kept instead of rebuilt: searches take it with the current vectors of the
+chunks the index logged as changed since (VectorDelta, store.VECTOR_LOG). Its checksums (derived_file) are checked
 when it is mapped: in full up to 64 MB of data (~19k vectors); above that
 the arrays every search reads in full or indexes with (ids, codes, mean,
 scale) and 8 random 1 MiB blocks, so a damaged copy is refused like a stale
@@ -45,6 +47,12 @@ RESCORE_ROWS = 200  # shortlist rows re-scored in float32 after the int8 pass (a
 MAPPED_FLOAT_BYTES = 256 << 20  # float matrices up to this are read through the mapping; larger ones with pread
 ALWAYS_CHECKED = ("ids", "sorted_ids", "sorted_rows", "mean", "scale", "codes")  # on every mapping: searches index with them
 WINDOW_BITS = 5  # a vector's id is chunk_id << 5 | window: at most 32 windows a chunk (chunker.MAX_WINDOWS)
+# A copy of at least DELTA_MIN_ROWS vectors is not rebuilt after a change touching at most DELTA_CHUNKS
+# chunks: searches take it with those chunks' vectors (VectorDelta). At 1M chunks a rebuild costs ~10 s
+# and meanwhile other processes' searches scan sqlite-vec (1.3 s a query); reading 2,000 recently written
+# chunks' vectors costs a reader 0.065 s once per index change. Below 50k vectors a rebuild costs < 0.5 s.
+DELTA_CHUNKS = 2_000
+DELTA_MIN_ROWS = 50_000
 
 
 def vector_ids(chunk_id: int, windows: int) -> list[int]:
@@ -210,7 +218,12 @@ def refresh(store) -> bool:
         generation = store.generation()
         # Every block is checked (a damaged copy is rebuilt), but only of a copy whose header claims
         # this state: checking an older copy read all of it for nothing (7 s of 19 at 1M chunks).
-        if derived_file.claimed_generation(path, MAGIC) == generation and read_generation(path, full=True) == generation:
+        claimed = (derived_file.claimed(path, MAGIC) or {}).get("generation")
+        if claimed == generation and read_generation(path, full=True) == generation:
+            return False
+        # A large copy a few changes behind stays (quick check only: every block was checked when it
+        # became current); searches take it with the changed chunks' vectors.
+        if delta_since(store, claimed, generation) is not None and read_generation(path) == claimed:
             return False
         identity = store.model_identity()
         if identity is None or not store.has_vector_table():
@@ -220,7 +233,22 @@ def refresh(store) -> bool:
         # through a server-side cursor inside its own transaction block.
         with contextlib.closing(store.iter_vectors()) as batches:
             build(path, generation, identity.dim, store.vector_count(), batches)
+    store.prune_vector_log(derived_file.counter(generation))
     return True
+
+
+def delta_since(store, copy_generation: str | None, generation: str) -> np.ndarray | None:
+    """The chunk ids (ascending) whose vectors changed between a copy's state and the index's current
+    one, when a copy of that earlier state may be searched with them (VectorDelta); else None."""
+    if not derived_file.earlier_state(copy_generation, generation):
+        return None
+    try:
+        if int((derived_file.claimed(cache_path(store.path), MAGIC) or {})["count"]) < DELTA_MIN_ROWS:
+            return None
+    except (KeyError, TypeError, ValueError):
+        return None
+    touched = store.vectors_touched_since(derived_file.counter(copy_generation), DELTA_CHUNKS)
+    return None if touched is None else np.array(touched, dtype=np.int64)
 
 
 def read_generation(path: Path, full: bool = False) -> str | None:
@@ -239,6 +267,15 @@ def state(path: Path, generation: str, full: bool = False) -> str:
     """"current", "stale" (missing, older, or from another version) or "corrupt" (fails its checks):
     what status shows for the copy at `path` (a cache_path) against the index's generation."""
     return derived_file.state(path, generation, MAGIC, "vector cache", _places_of, full, ALWAYS_CHECKED)
+
+
+def serving_state(store) -> tuple[str, int | None]:
+    """state() of this store's copy, where a copy kept a few changes behind (delta_since) counts as
+    current; with how many changed chunks searches compare beside it (None: none, or not current)."""
+    path, generation = cache_path(store.path), store.generation()
+    found = state(path, generation)
+    touched = delta_since(store, read_generation(path), generation) if found == "stale" else None
+    return (found, None) if touched is None else ("current", len(touched))
 
 
 def leftovers(index_path: Path) -> list[Path]:
@@ -267,21 +304,31 @@ class VectorCache:
         self.codes = arrays["codes"].reshape(_words(self.dim), self.count)
         self.quantized = arrays["quantized"].reshape(self.count, self.dim)
 
-    def knn(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+    def knn(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None,
+            without: np.ndarray | None = None) -> list[tuple[int, float]]:
         """(chunk id, cosine of its best window), best first; exact up to EXACT_SCAN_ROWS rows. With
         `allowed` (a filter's chunk ids, ascending), only those chunks' rows are ranked: exactly when
-        they are few, else shortlisted among themselves, so a narrow filter never comes back short."""
+        they are few, else shortlisted among themselves, so a narrow filter never comes back short.
+        The chunks of `without` (ascending ids: changed since this copy, VectorDelta) are left out."""
         query = np.asarray(query, dtype=np.float32)
         norm = float(np.linalg.norm(query))
         if self.count == 0 or norm == 0 or k < 1:
             return []
         query = query / norm
+        dropped = None
+        if without is not None and len(without):
+            if allowed is not None:
+                allowed = allowed[~np.isin(allowed, without)]
+            else:
+                dropped = self._rows_of(without)
         among = None if allowed is None else self._rows_of(allowed)
-        ranked = self.count if among is None else len(among)
+        ranked = (self.count - (0 if dropped is None else len(dropped))) if among is None else len(among)
         if ranked > EXACT_SCAN_ROWS:  # no row list of the whole index first: 14 MB a query at 1M chunks
-            rows = self._shortlist(query, max(MIN_SHORTLIST, 20 * k, int(ranked * SHORTLIST_FRACTION)), among)
+            rows = self._shortlist(query, max(MIN_SHORTLIST, 20 * k, int(ranked * SHORTLIST_FRACTION)), among, dropped)
+        elif among is None:
+            rows = np.arange(self.count) if dropped is None else np.setdiff1d(np.arange(self.count), dropped)
         else:
-            rows = np.arange(self.count) if among is None else among
+            rows = among
         if not len(rows):
             return []
         rescore = max(RESCORE_ROWS, 4 * k)
@@ -302,9 +349,10 @@ class VectorCache:
         ends = np.searchsorted(self.sorted_ids, (chunk_ids + 1) << WINDOW_BITS)
         return np.sort(self.sorted_rows[spans(begins, ends)])
 
-    def _shortlist(self, query: np.ndarray, size: int, among: np.ndarray | None = None) -> np.ndarray:
+    def _shortlist(self, query: np.ndarray, size: int, among: np.ndarray | None = None,
+                   dropped: np.ndarray | None = None) -> np.ndarray:
         """Row positions of the `size` codes nearest the query's (ties cut by position), in row order;
-        only rows of `among` (ascending positions) when given."""
+        only rows of `among` (ascending positions) when given, never rows of `dropped`."""
         code = _sign_codes(query[None, :], self.mean, self.codes.shape[0])[:, 0]
         distance = np.empty(self.count, dtype=np.uint16)
 
@@ -330,6 +378,10 @@ class VectorCache:
             distance[:] = np.iinfo(distance.dtype).max
             distance[among] = kept
             size = min(size, len(among))
+        elif dropped is not None:
+            histogram -= np.bincount(distance[dropped], minlength=len(histogram))
+            distance[dropped] = np.iinfo(distance.dtype).max
+            size = min(size, self.count - len(dropped))
         # A histogram threshold instead of argpartition: distances are small integers, and a
         # partial sort of a million of them costs more than the Hamming pass itself.
         cumulative = np.cumsum(histogram)
@@ -360,3 +412,33 @@ class VectorCache:
         for i, row in enumerate(rows.tolist()):
             os.preadv(self._file.fileno(), [out[i]], start + row * row_bytes)
         return out
+
+
+class VectorDelta:
+    """A copy a few changes behind its index, and the current vectors of the chunks changed since,
+    searched as one (see DELTA_CHUNKS). Exact, not approximate: the changed chunks' rows of the copy
+    are left out, and their current vectors compared in full."""
+
+    def __init__(self, copy: VectorCache, generation: str, touched: np.ndarray, vectors: dict[int, np.ndarray]):
+        """`touched`: ascending ids of the chunks whose vectors were written or deleted since the copy;
+        `vectors`: the current window vectors of those that have some."""
+        self.copy, self.generation, self.touched = copy, generation, touched
+        self._touched = set(touched.tolist())
+        self._vectors = {chunk_id: _unit_rows(np.atleast_2d(np.asarray(rows, dtype=np.float32)))
+                         for chunk_id, rows in vectors.items()}
+
+    def knn(self, query: np.ndarray, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+        older = self.copy.knn(query, k, allowed, without=self.touched)
+        query = np.asarray(query, dtype=np.float32)
+        norm = float(np.linalg.norm(query))
+        newer_ids = np.fromiter(self._vectors, dtype=np.int64, count=len(self._vectors))
+        if allowed is not None:
+            newer_ids = newer_ids[np.isin(newer_ids, allowed)]
+        newer = [] if norm == 0 else exact_knn(lambda ids: {i: self._vectors[i] for i in ids}, query / norm, k, np.sort(newer_ids))
+        return sorted([*older, *newer], key=lambda pair: (-pair[1], pair[0]))[:k]
+
+    def vectors_for(self, chunk_ids: Iterable[int]) -> dict[int, np.ndarray]:
+        chunk_ids = list(chunk_ids)
+        found = self.copy.vectors_for(chunk_id for chunk_id in chunk_ids if chunk_id not in self._touched)
+        found.update((chunk_id, self._vectors[chunk_id]) for chunk_id in chunk_ids if chunk_id in self._vectors)
+        return found
