@@ -16,13 +16,14 @@ the process holding the writer lock, and swapped in with one rename (hence one
 hand-laid-out file rather than several .npy files). It records the index's
 generation; a reader uses it only when that equals the generation in the same
 read snapshot, so a stale copy is never searched: the caller falls back to
-sqlite-vec until the next rebuild. A large copy a few changes behind
-is kept instead of rebuilt: searches take it with the current vectors of the
-chunks the index logged as changed since (VectorDelta, store.VECTOR_LOG). Its checksums (derived_file) are checked
-when it is mapped: in full up to 64 MB of data (~19k vectors); above that
-the arrays every search reads in full or indexes with (ids, codes, mean,
-scale) and 8 random 1 MiB blocks, so a damaged copy is refused like a stale
-one. The index run checks every block before it keeps a copy as current.
+sqlite-vec until the next rebuild. A large copy a few changes behind is kept
+instead of rebuilt: searches take it with the current vectors of the chunks
+the index logged as changed since (VectorDelta, store.VECTOR_LOG). Its
+checksums (derived_file) are checked when it is mapped: in full up to 64 MB
+of data (~19k vectors); above that the arrays every search reads in full or
+indexes with (ids, codes, mean, scale) and 8 random 1 MiB blocks, so a
+damaged copy is refused like a stale one. The index run checks every block
+before it keeps a copy as current.
 """
 
 from __future__ import annotations
