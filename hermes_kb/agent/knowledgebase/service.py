@@ -40,6 +40,7 @@ DERIVED_COPIES = {"vector_cache": (vector_cache, VectorCache), "keyword_cache": 
 LOW_COVERAGE = 0.5  # model_coverage of an index under this: status says the model cannot read most of it
 # `[[Note]]`, `[[Note#Heading]]`, `[[Note|shown text]]`: a note vault's link, which kb_read can follow.
 WIKILINK = re.compile(r"\[\[([^\]|#\n]+)(?:#([^\]|\n]*))?(?:\|[^\]\n]*)?\]\]")
+FORGOTTEN = ("forgotten",)  # a reader's identity once forget() was called: never an index's (backends.identity)
 MAX_QUERY_CHARS = 8_000  # a long pasted traceback fits; a 20 MB query cost 58 s and 2.6 GB
 INLINE_REFRESH_BYTES = 256_000  # a changed file this small is re-indexed before its hit is returned
 # A shared index another machine changed: this machine's keyword copy is searched with the chunks
@@ -605,8 +606,15 @@ class KnowledgeBase:
         return None
 
     def forget(self, path: Path) -> None:
+        """Drop what this process keeps open of an index about to be cleared, repaired or found damaged.
+        This thread's reader is closed now; another thread's may be inside a search (closing it there
+        made that search report the index corrupt), so it is only marked, and that thread closes it on
+        its next search (`_reader`), even where a new file got the old one's inode number."""
         for key in [key for key in self._readers if key[0] == path]:
-            self._readers.pop(key)[1].close()
+            if key[1] == threading.get_ident():
+                self._readers.pop(key)[1].close()
+            else:
+                self._readers[key] = (FORGOTTEN, self._readers[key][1])
         for kind in (*DERIVED_COPIES, "vector_delta"):
             self._copies.pop((kind, path), None)
 
