@@ -1,7 +1,10 @@
 """A large vector copy a few changes behind is kept, and searched with the vectors of the chunks changed
-since (vector_cache.VectorDelta): it must answer exactly as a copy rebuilt from scratch would."""
+since (vector_cache.VectorDelta): it must find the chunks and scores a copy rebuilt from scratch finds."""
 
+import contextlib
 import json
+import shutil
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -20,17 +23,29 @@ QUERIES = ["mango smoothie", "borrow checker", "sourdough hydration", "anemone s
            "comet perihelion", "volcano basalt eruption", "glacier crevasse ice"]
 
 
+@contextlib.contextmanager
+def vector_rebuilds_forced():
+    previous = vector_cache.DELTA_MIN_ROWS
+    vector_cache.DELTA_MIN_ROWS = 10**9
+    try:
+        yield
+    finally:
+        vector_cache.DELTA_MIN_ROWS = previous
+
+
 def copy_generation(index) -> str | None:
     return (derived_file.claimed(cache_path(index), MAGIC) or {}).get("generation")
 
 
 def answers(kb) -> list:
-    """Every query's vector and hybrid hits (path, score), and a filtered search's."""
+    """Every query's vector and hybrid hits (path, score), and a filtered search's; equal scores in
+    path order, as either copy may return them in its own."""
+    def hits(query, **options):
+        return sorted(((h.path, round(h.score, 5)) for h in kb.search(query, **options).hits), key=lambda hit: (-hit[1], hit[0]))
     found = []
     for query in QUERIES:
-        for mode in ("vector", "hybrid"):
-            found.append([(h.path, round(h.score, 5)) for h in kb.search(query, k=6, mode=mode).hits])
-        found.append([(h.path, round(h.score, 5)) for h in kb.search(query, k=3, mode="vector", path_glob="n1*").hits])
+        found += [hits(query, k=6, mode=mode) for mode in ("vector", "hybrid")]
+        found.append(hits(query, k=3, mode="vector", path_glob="n1*"))
     return found
 
 
@@ -109,7 +124,7 @@ def test_new_vectors_for_every_chunk_never_ride_on_an_older_copy(notes):
     even while only a few chunks have their new vectors."""
     root, kb, index = notes
     with IndexStore(index) as store:
-        before = copy_generation(index)
+        before = derived_file.claimed(cache_path(index), MAGIC)
         store.drop_vectors()
         store.pin_model(ModelIdentity("other", "v", 64))
         chunk = store.conn.execute("SELECT id FROM chunks LIMIT 1").fetchone()[0]
@@ -124,10 +139,12 @@ def test_an_index_written_before_the_log_never_serves_an_older_copy_with_one(tmp
         older = store.generation()
         store.write_file("b.txt", 1, 1, "h2", "text", [Chunk("b", 0, 1, 1, 1, None, "")], [np.ones((1, 8), np.float32)])
         # As an index of a version without the log: its changes since `older` were never logged.
-        for statement in ("DROP TRIGGER chunks_vectors_ad", "DROP TABLE vectors_touched",
-                          "DELETE FROM meta WHERE key = 'vectors_logged_since'"):
+        for statement in ("DROP TRIGGER chunk_vec_logs_insert", "DROP TRIGGER chunk_vec_logs_delete",
+                          "DROP TABLE vectors_touched", "DELETE FROM meta WHERE key = 'vectors_logged_since'"):
             store.conn.execute(statement)
-    with IndexStore(tmp_path / "i.sqlite") as store:
+    with IndexStore(tmp_path / "i.sqlite", create=False) as store:  # a reader does not make the log
+        assert not store.vector_log_complete() and store.vectors_touched_since(0, 100) is None
+    with IndexStore(tmp_path / "i.sqlite") as store:  # an index run does
         now = derived_file.counter(store.generation())
         assert store.vectors_touched_since(derived_file.counter(older), 100) is None
         assert store.vectors_touched_since(now, 100) == []  # what changes from here on is logged
@@ -157,3 +174,51 @@ def test_a_copy_leaves_out_the_chunks_it_is_told_to(tmp_path, rows):
         allowed = np.sort(chunks[::3])
         filtered = [chunk for chunk, _ in cache.knn(query, 10, allowed, without=np.unique(without))]
         assert set(filtered) <= set(allowed.tolist()) - set(without.tolist())
+
+
+def test_vectors_an_older_version_writes_are_logged_or_the_copy_is_not_trusted(notes, make_kb):
+    """An older hermes-kb (a watcher left running over an upgrade) writes vectors without knowing the
+    log: the triggers on sqlite-vec's own storage log them all the same; one that re-creates the vector
+    table leaves it without them, and then no copy from before serves with a delta."""
+    root, kb, index = notes
+    with IndexStore(index) as store:
+        header = derived_file.claimed(cache_path(index), MAGIC)
+        file_id = store.conn.execute("SELECT id FROM files WHERE path = 'n03.md'").fetchone()[0]
+        store.conn.execute("BEGIN IMMEDIATE")  # as the older code writes a chunk: its own SQL, no log calls
+        store.conn.execute("UPDATE meta SET value = CAST(value AS INTEGER) + 1 WHERE key = 'generation'")
+        chunk = store.conn.execute("INSERT INTO chunks(file_id, ord, text, start_char, end_char, start_line, end_line, "
+                                   "content_hash) VALUES (?, 9, 'volcano basalt eruption', 0, 1, 1, 1, 'x')", (file_id,)).lastrowid
+        vector = kb.embedder().embed_documents(["volcano basalt eruption"])[0]
+        store.conn.execute("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)", (chunk << vector_cache.WINDOW_BITS, vector.tobytes()))
+        store.conn.execute("COMMIT")
+        assert chunk in vector_cache.delta_since(store, header, store.generation()).tolist()
+    assert [h.path for h in make_kb(root).search("volcano basalt eruption", k=1, mode="vector").hits] == ["n03.md"]
+    with IndexStore(index, create=False) as store:  # as an older version re-creating the table for a re-embed
+        store.conn.execute("DROP TABLE chunk_vec")
+        store.conn.execute("CREATE VIRTUAL TABLE chunk_vec USING vec0(embedding float[64] distance_metric=cosine)")
+        assert not store.vector_log_complete()
+        assert vector_cache.delta_since(store, header, store.generation()) is None
+
+
+def test_an_index_restored_from_a_backup_never_takes_a_newer_copy_for_its_own(notes, tmp_path, make_kb):
+    """A copy built after the backup was taken, from changes the restore undid, must not serve once the
+    restored index's own changes count past its generation."""
+    root, kb, index = notes
+    backup = tmp_path / "backup.sqlite"
+    with IndexStore(index) as store:
+        store.conn.execute("VACUUM INTO ?", (str(backup),))
+    (root / "secret.md").write_text("# Secret\n\nvolcano basalt eruption\n")
+    with vector_rebuilds_forced():
+        kb.index()  # the copy now holds secret.md's vector, with a new token
+    copy_header = derived_file.claimed(cache_path(index), MAGIC)
+    (root / "secret.md").unlink()
+    kb.forget(index)
+    for companion in (index, Path(f"{index}-wal"), Path(f"{index}-shm")):
+        companion.unlink(missing_ok=True)
+    shutil.copy(backup, index)  # the index is restored; its vector copy is left as it was
+    for i in range(8):  # its own changes take its generation past the copy's
+        (root / f"n{i:02}.md").write_text(f"# Restored {i}\n\nglacier crevasse ice {i}\n")
+        kb.index()
+        with IndexStore(index) as store:
+            assert vector_cache.delta_since(store, copy_header, store.generation()) is None
+    assert all(h.path != "secret.md" for h in kb.search("volcano basalt eruption", k=5, mode="vector").hits)

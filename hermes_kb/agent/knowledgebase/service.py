@@ -538,22 +538,22 @@ class KnowledgeBase:
     def _vectors_with_delta(self, index_path: Path, store: IndexStore, on_disk: str | None,
                             generation: str) -> VectorDelta | None:
         """The vector copy on disk of an earlier state, with the vectors of the chunks changed since, when
-        the index run kept it instead of rebuilding (vector_cache.DELTA_CHUNKS); read once per state."""
+        the index run kept it instead of rebuilding (vector_cache.delta_since); read once per state."""
+        if not derived_file.earlier_state(on_disk, generation):
+            return None
         delta = self._copies.get(("vector_delta", index_path))
         if delta is not None and delta.generation == generation and delta.copy.generation == on_disk:
             return delta
-        touched = vector_cache.delta_since(store, on_disk, generation)
-        if touched is None:
-            return None
         copy = self._copies.get(("vector_cache", index_path))
         if copy is None or copy.generation != on_disk:
             try:
                 copy = VectorCache(vector_cache.cache_path(index_path))
             except (OSError, ValueError):
                 return None
-            if copy.generation != on_disk:  # replaced since its header was read
-                return None
             self._copies[("vector_cache", index_path)] = copy
+        touched = vector_cache.delta_since(store, copy.header, generation)  # the copy mapped, not a newer file
+        if touched is None:
+            return None
         delta = self._copies[("vector_delta", index_path)] = VectorDelta(copy, generation, touched,
                                                                         store.vectors_for(touched.tolist()))
         return delta

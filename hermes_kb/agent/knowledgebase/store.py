@@ -87,16 +87,22 @@ CREATE TRIGGER IF NOT EXISTS chunks_terms_ad AFTER DELETE ON chunks BEGIN
     DELETE FROM chunk_terms WHERE chunk_id = old.id;
 END;
 """
-# The chunks whose vectors changed after a generation: written then, or deleted with their chunk (ids
-# are reused, so a chunk id is not enough). A vector copy of an earlier state is searched with the
-# vectors of the chunks logged since it (vector_cache.VectorDelta) instead of being rebuilt after every
-# small change (10 s at 1M chunks). Created on opening an index without it; meta `vectors_logged_since`
-# is the first generation it covers, moved on when a new copy makes older rows useless.
-VECTOR_LOG = (
-    "CREATE TABLE vectors_touched(chunk_id INTEGER PRIMARY KEY, written INTEGER NOT NULL)",
-    "CREATE TRIGGER chunks_vectors_ad AFTER DELETE ON chunks BEGIN INSERT OR REPLACE INTO vectors_touched(chunk_id, written) "
-    "VALUES (old.id, COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'generation'), 0)); END",
-)
+# The chunks whose vectors changed after a generation (ids are reused, so "ids above the copy's" would
+# not do). A vector copy of an earlier state is searched with the current vectors of the chunks logged
+# since it (vector_cache.VectorDelta) instead of being rebuilt after every small change (10-18 s at 1M
+# chunks). sqlite-vec writes one row of its shadow table chunk_vec_rowids per vector (rowid = the
+# vector's id), so triggers there log every vector written or deleted, whatever wrote it (an older
+# version of this code included). Dropping chunk_vec (a re-embed) drops them: the log then counts as
+# incomplete until they are made again, with `vectors_logged_since` (the first generation the log
+# covers) moved to that moment.
+VECTOR_LOG_TABLE = "CREATE TABLE IF NOT EXISTS vectors_touched(chunk_id INTEGER PRIMARY KEY, written INTEGER NOT NULL)"
+VECTOR_LOG_TRIGGERS = {
+    f"chunk_vec_logs_{event.lower()}": (
+        f"CREATE TRIGGER IF NOT EXISTS chunk_vec_logs_{event.lower()} AFTER {event} ON chunk_vec_rowids BEGIN "
+        f"INSERT OR REPLACE INTO vectors_touched(chunk_id, written) VALUES ({row}.rowid >> {WINDOW_BITS}, "
+        f"COALESCE((SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'generation'), 0)); END")
+    for event, row in (("INSERT", "new"), ("DELETE", "old"))
+}
 
 
 class StoreError(RuntimeError):
@@ -380,7 +386,8 @@ class IndexStore(StoreCommon):
                 self.conn.execute(f"PRAGMA {pragma}")
             self.conn.executescript(_SCHEMA)
             self._add_facet_columns()
-            self._start_vector_log()
+            if create:  # an index run: readers only ask the log (vector_log_complete), never make it
+                self._start_vector_log()
             if self.meta("schema_version") is None:
                 with self.transaction():
                     self.conn.execute(FTS_TABLE)
@@ -400,18 +407,27 @@ class IndexStore(StoreCommon):
                     self.conn.execute(f"ALTER TABLE files ADD COLUMN {name} {kind}")
 
     def _start_vector_log(self) -> None:
-        """An index without the vector log (new, or written before it) gets it; it covers what changes
-        from the current generation on (VECTOR_LOG)."""
-        if self._has_vector_log():
+        """Make the vector log complete where it is not (an index written before it, or whose chunk_vec
+        an older version re-created); it covers what changes from now on. Where it cannot be made (a
+        read-only file, SQLite refusing triggers on a shadow table), copies are rebuilt as before."""
+        if self.vector_log_complete():
             return
-        with self.transaction():
-            if not self._has_vector_log():  # another process may have made it while this one waited
-                for statement in VECTOR_LOG:
-                    self.conn.execute(statement)
-                self.set_meta(vectors_logged_since=int(self.meta("generation") or 0))
+        try:
+            with self.transaction():
+                if not self.vector_log_complete():  # another process may have made it while this one waited
+                    self.conn.execute(VECTOR_LOG_TABLE)
+                    if self.has_vector_table():
+                        for statement in VECTOR_LOG_TRIGGERS.values():
+                            self.conn.execute(statement)
+                    self.set_meta(vectors_logged_since=int(self.meta("generation") or 0))
+        except sqlite_driver()[0].DatabaseError as exc:
+            log.info("no vector log for %s (%s): its vector copy is rebuilt after every change", self.path, exc)
 
-    def _has_vector_log(self) -> bool:
-        return self.conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'vectors_touched'").fetchone() is not None
+    def vector_log_complete(self) -> bool:
+        """Whether every vector written or deleted now is logged (VECTOR_LOG_TRIGGERS)."""
+        names = {row[0] for row in self.conn.execute(
+            "SELECT name FROM sqlite_master WHERE name IN ('vectors_touched', 'chunk_vec', ?, ?)", tuple(VECTOR_LOG_TRIGGERS))}
+        return "vectors_touched" in names and ("chunk_vec" not in names or set(VECTOR_LOG_TRIGGERS) <= names)
 
     def reanalyse(self) -> int:
         """Every chunk's keyword terms made again from its stored text with this analyzer (an index
@@ -492,6 +508,7 @@ class IndexStore(StoreCommon):
                           f"embedding float[{int(identity.dim)}] distance_metric=cosine)")
         self.set_meta(model_id=identity.model_id, model_variant=identity.variant, dimension=identity.dim,
                       vector_ids=VECTOR_IDS)
+        self._start_vector_log()
 
     def _bump_generation(self) -> int:
         """Called inside every transaction that changes chunks or vectors, so copies can tell they are stale."""
@@ -583,27 +600,28 @@ class IndexStore(StoreCommon):
             windows = np.atleast_2d(windows)
             self.conn.executemany("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)",
                                   zip(vector_cache.vector_ids(chunk_id, len(windows)), map(_blob, windows)))
-        written = int(self.meta("generation") or 0)
-        self.conn.executemany("INSERT OR REPLACE INTO vectors_touched(chunk_id, written) VALUES (?, ?)",
-                              [(chunk_id, written) for chunk_id in vectors])
 
     def vectors_touched_since(self, counter: int, limit: int) -> list[int] | None:
         """Ids (ascending) of the chunks whose vectors were written or deleted after change `counter`
         (derived_file.counter); None when more than `limit` were, or the log does not reach back that
         far (it began later, or was cut at a newer copy)."""
         since = self.meta("vectors_logged_since")
-        if since is None or counter < int(since):
+        if since is None or counter < int(since) or not self.vector_log_complete():
             return None
         # No ORDER BY: after a first index the log holds every chunk, and sorting it all would cost more
         # than the answer is worth; at most limit + 1 rows are sorted here.
         rows = self.conn.execute("SELECT chunk_id FROM vectors_touched WHERE written > ? LIMIT ?", (counter, limit + 1)).fetchall()
         return None if len(rows) > limit else sorted(row[0] for row in rows)
 
-    def prune_vector_log(self, counter: int) -> None:
-        """A vector copy of change `counter` was just made: what the log holds up to it serves no delta."""
+    def prune_vector_log(self, counter: int, token: str) -> None:
+        """A vector copy of change `counter`, whose header carries `token`, was just made: what the log
+        holds up to it serves no delta, and only a copy carrying this token may be searched with one
+        (an index restored from a backup, or a copy another version built, cannot pass for its base)."""
         with self.transaction():
-            self.conn.execute("DELETE FROM vectors_touched WHERE written <= ?", (counter,))
-            self.set_meta(vectors_logged_since=max(counter, int(self.meta("vectors_logged_since") or 0)))
+            if self.vector_log_complete():
+                self.conn.execute("DELETE FROM vectors_touched WHERE written <= ?", (counter,))
+                self.set_meta(vectors_logged_since=max(counter, int(self.meta("vectors_logged_since") or 0)))
+            self.set_meta(vectors_log_token=token)
 
     def _delete_paths(self, paths: list[str]) -> None:
         for begin in range(0, len(paths), 500):

@@ -31,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
+import secrets
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -147,9 +148,10 @@ def _sign_codes(block: np.ndarray, mean: np.ndarray, words: int) -> np.ndarray:
 
 
 def build(path: Path, generation: str, dim: int, count: int,
-          batches: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
+          batches: Iterable[tuple[np.ndarray, np.ndarray]], log: str | None = None) -> None:
     """Write the cache from (ids, vectors) batches in any order; memory stays at one batch plus
-    the codes and id arrays (72 bytes a row)."""
+    the codes and id arrays (72 bytes a row). `log`: the token the index records for this copy
+    (store.prune_vector_log), without which it never serves with a delta."""
     places, size = _places(count, dim)
     at = {name: place[0] for name, place in places.items()}
     words = _words(dim)
@@ -192,7 +194,8 @@ def build(path: Path, generation: str, dim: int, count: int,
         handle.write(codes.tobytes())
         handle.seek(at["scale"])
         handle.write(scale.tobytes())
-        write_header(handle, MAGIC, {"generation": generation, "count": count, "dim": dim}, places)
+        write_header(handle, MAGIC, {"generation": generation, "count": count, "dim": dim,
+                                     **({"log": log} if log else {})}, places)
 
 
 def _unit_rows(block: np.ndarray) -> np.ndarray:
@@ -219,12 +222,12 @@ def refresh(store) -> bool:
         generation = store.generation()
         # Every block is checked (a damaged copy is rebuilt), but only of a copy whose header claims
         # this state: checking an older copy read all of it for nothing (7 s of 19 at 1M chunks).
-        claimed = (derived_file.claimed(path, MAGIC) or {}).get("generation")
-        if claimed == generation and read_generation(path, full=True) == generation:
+        header = derived_file.claimed(path, MAGIC) or {}
+        if header.get("generation") == generation and read_generation(path, full=True) == generation:
             return False
         # A large copy a few changes behind stays (quick check only: every block was checked when it
         # became current); searches take it with the changed chunks' vectors.
-        if delta_since(store, claimed, generation) is not None and read_generation(path) == claimed:
+        if delta_since(store, header, generation) is not None and read_generation(path) == header["generation"]:
             return False
         identity = store.model_identity()
         if identity is None or not store.has_vector_table():
@@ -232,23 +235,28 @@ def refresh(store) -> bool:
             return False
         # Closed before the snapshot ends, even when the build fails: on PostgreSQL the rows come
         # through a server-side cursor inside its own transaction block.
+        token = secrets.token_hex(8)
         with contextlib.closing(store.iter_vectors()) as batches:
-            build(path, generation, identity.dim, store.vector_count(), batches)
-    store.prune_vector_log(derived_file.counter(generation))
+            build(path, generation, identity.dim, store.vector_count(), batches, token)
+    store.prune_vector_log(derived_file.counter(generation), token)
     return True
 
 
-def delta_since(store, copy_generation: str | None, generation: str) -> np.ndarray | None:
-    """The chunk ids (ascending) whose vectors changed between a copy's state and the index's current
-    one, when a copy of that earlier state may be searched with them (VectorDelta); else None."""
-    if not derived_file.earlier_state(copy_generation, generation):
+def delta_since(store, header: dict | None, generation: str) -> np.ndarray | None:
+    """The chunk ids (ascending) whose vectors changed between the state of a copy (its `header`) and
+    the index's current one, when that copy may be searched with them (VectorDelta); else None: it is
+    small, of another state, model or history (its log token is not the index's), or too far behind."""
+    header = header or {}
+    if not derived_file.earlier_state(header.get("generation"), generation):
         return None
     try:
-        if int((derived_file.claimed(cache_path(store.path), MAGIC) or {})["count"]) < DELTA_MIN_ROWS:
+        if int(header["count"]) < DELTA_MIN_ROWS or int(header["dim"]) != int(store.meta("dimension") or 0):
             return None
     except (KeyError, TypeError, ValueError):
         return None
-    touched = store.vectors_touched_since(derived_file.counter(copy_generation), DELTA_CHUNKS)
+    if header.get("log") is None or header.get("log") != store.meta("vectors_log_token"):
+        return None
+    touched = store.vectors_touched_since(derived_file.counter(header["generation"]), DELTA_CHUNKS)
     return None if touched is None else np.array(touched, dtype=np.int64)
 
 
@@ -275,7 +283,7 @@ def serving_state(store) -> tuple[str, int | None]:
     current; with how many changed chunks searches compare beside it (None: none, or not current)."""
     path, generation = cache_path(store.path), store.generation()
     found = state(path, generation)
-    touched = delta_since(store, read_generation(path), generation) if found == "stale" else None
+    touched = delta_since(store, derived_file.claimed(path, MAGIC), generation) if found == "stale" else None
     return (found, None) if touched is None else ("current", len(touched))
 
 
@@ -296,6 +304,7 @@ class VectorCache:
         mapped = derived_file.open_mapped(path, MAGIC, "vector cache", _places_of, ALWAYS_CHECKED)
         self._file = mapped.file  # for pread()
         self._vectors_at = mapped.places["vectors"][0]
+        self.header: dict = mapped.info  # generation, count, dim and the log token (delta_since)
         self.generation: str = mapped.info["generation"]
         self.count, self.dim = int(mapped.info["count"]), int(mapped.info["dim"])
         arrays = mapped.arrays
@@ -418,7 +427,8 @@ class VectorCache:
 class VectorDelta:
     """A copy a few changes behind its index, and the current vectors of the chunks changed since,
     searched as one (see DELTA_CHUNKS). Exact, not approximate: the changed chunks' rows of the copy
-    are left out, and their current vectors compared in full."""
+    are left out, and their current vectors compared in full, so it finds what a rebuilt copy finds
+    (equal scores may come in another order)."""
 
     def __init__(self, copy: VectorCache, generation: str, touched: np.ndarray, vectors: dict[int, np.ndarray]):
         """`touched`: ascending ids of the chunks whose vectors were written or deleted since the copy;
