@@ -624,8 +624,8 @@ class PgIndexStore(StoreCommon):
         rebuilt when the index moved on, never searched with a delta."""
         return None
 
-    def prune_vector_log(self, counter: int, token: str) -> None:
-        """Nothing to prune, no token to keep (vectors_touched_since)."""
+    def prune_vector_log(self, generation: str) -> None:
+        """Nothing to prune (vectors_touched_since)."""
 
     def live_chunks(self, chunk_ids: Sequence[int]) -> set[int]:
         """Which of these chunk ids the index holds now."""

@@ -613,15 +613,16 @@ class IndexStore(StoreCommon):
         rows = self.conn.execute("SELECT chunk_id FROM vectors_touched WHERE written > ? LIMIT ?", (counter, limit + 1)).fetchall()
         return None if len(rows) > limit else sorted(row[0] for row in rows)
 
-    def prune_vector_log(self, counter: int, token: str) -> None:
-        """A vector copy of change `counter`, whose header carries `token`, was just made: what the log
-        holds up to it serves no delta, and only a copy carrying this token may be searched with one
-        (an index restored from a backup, or a copy another version built, cannot pass for its base)."""
+    def prune_vector_log(self, generation: str) -> None:
+        """A vector copy of `generation` was just built: what the log holds up to it serves no delta, and
+        only that copy may be searched with one (`vector_copy_built`: an index restored from a backup
+        has its own, so a copy built after the backup cannot pass for its base)."""
+        counter = int(generation.rsplit(":", 1)[1])
         with self.transaction():
             if self.vector_log_complete():
                 self.conn.execute("DELETE FROM vectors_touched WHERE written <= ?", (counter,))
                 self.set_meta(vectors_logged_since=max(counter, int(self.meta("vectors_logged_since") or 0)))
-            self.set_meta(vectors_log_token=token)
+            self.set_meta(vector_copy_built=generation)
 
     def _delete_paths(self, paths: list[str]) -> None:
         for begin in range(0, len(paths), 500):

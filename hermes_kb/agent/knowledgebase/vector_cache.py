@@ -31,7 +31,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import secrets
 from pathlib import Path
 from typing import Callable, Iterable, Iterator, Sequence
 
@@ -148,10 +147,9 @@ def _sign_codes(block: np.ndarray, mean: np.ndarray, words: int) -> np.ndarray:
 
 
 def build(path: Path, generation: str, dim: int, count: int,
-          batches: Iterable[tuple[np.ndarray, np.ndarray]], log: str | None = None) -> None:
+          batches: Iterable[tuple[np.ndarray, np.ndarray]]) -> None:
     """Write the cache from (ids, vectors) batches in any order; memory stays at one batch plus
-    the codes and id arrays (72 bytes a row). `log`: the token the index records for this copy
-    (store.prune_vector_log), without which it never serves with a delta."""
+    the codes and id arrays (72 bytes a row)."""
     places, size = _places(count, dim)
     at = {name: place[0] for name, place in places.items()}
     words = _words(dim)
@@ -194,8 +192,7 @@ def build(path: Path, generation: str, dim: int, count: int,
         handle.write(codes.tobytes())
         handle.seek(at["scale"])
         handle.write(scale.tobytes())
-        write_header(handle, MAGIC, {"generation": generation, "count": count, "dim": dim,
-                                     **({"log": log} if log else {})}, places)
+        write_header(handle, MAGIC, {"generation": generation, "count": count, "dim": dim}, places)
 
 
 def _unit_rows(block: np.ndarray) -> np.ndarray:
@@ -235,17 +232,17 @@ def refresh(store) -> bool:
             return False
         # Closed before the snapshot ends, even when the build fails: on PostgreSQL the rows come
         # through a server-side cursor inside its own transaction block.
-        token = secrets.token_hex(8)
         with contextlib.closing(store.iter_vectors()) as batches:
-            build(path, generation, identity.dim, store.vector_count(), batches, token)
-    store.prune_vector_log(derived_file.counter(generation), token)
+            build(path, generation, identity.dim, store.vector_count(), batches)
+    store.prune_vector_log(generation)
     return True
 
 
 def delta_since(store, header: dict | None, generation: str) -> np.ndarray | None:
     """The chunk ids (ascending) whose vectors changed between the state of a copy (its `header`) and
     the index's current one, when that copy may be searched with them (VectorDelta); else None: it is
-    small, of another state, model or history (its log token is not the index's), or too far behind."""
+    small, of another state or model, not the copy this index's history last built (an index restored
+    from a backup, a copy an older version built), or too far behind."""
     header = header or {}
     if not derived_file.earlier_state(header.get("generation"), generation):
         return None
@@ -254,7 +251,7 @@ def delta_since(store, header: dict | None, generation: str) -> np.ndarray | Non
             return None
     except (KeyError, TypeError, ValueError):
         return None
-    if header.get("log") is None or header.get("log") != store.meta("vectors_log_token"):
+    if header["generation"] != store.meta("vector_copy_built"):
         return None
     touched = store.vectors_touched_since(derived_file.counter(header["generation"]), DELTA_CHUNKS)
     return None if touched is None else np.array(touched, dtype=np.int64)
@@ -304,7 +301,7 @@ class VectorCache:
         mapped = derived_file.open_mapped(path, MAGIC, "vector cache", _places_of, ALWAYS_CHECKED)
         self._file = mapped.file  # for pread()
         self._vectors_at = mapped.places["vectors"][0]
-        self.header: dict = mapped.info  # generation, count, dim and the log token (delta_since)
+        self.header: dict = mapped.info  # generation, count and dim (delta_since)
         self.generation: str = mapped.info["generation"]
         self.count, self.dim = int(mapped.info["count"]), int(mapped.info["dim"])
         arrays = mapped.arrays
