@@ -330,22 +330,19 @@ class KnowledgeBase:
         """The memory-mapped copy of this index's vectors or terms if it matches the snapshot being read
         (a large vector copy, or on a shared server a keyword copy, a few changes behind comes with
         those changes)."""
-        module, opener = DERIVED_COPIES[kind]
+        module = DERIVED_COPIES[kind][0]
         generation = store.generation()
         if kind == "keyword_cache" and self.backend.shared:
             return self._keywords_with_delta(index_path, store, generation)
         copy = self._copies.get((kind, index_path))
-        if copy is None or copy.generation != generation:
-            # The header alone says whether the file is current: a stale one is not mapped per search.
-            on_disk = module.read_generation(module.cache_path(index_path))
-            if on_disk != generation:
-                return self._vectors_with_delta(index_path, store, on_disk, generation) if kind == "vector_cache" else None
-            try:
-                copy = opener(module.cache_path(index_path))
-            except (OSError, ValueError):
-                return None
-            self._copies[(kind, index_path)] = copy
-        return copy
+        if copy is not None and copy.generation == generation:
+            return copy
+        # The header alone says whether the file is current: a stale one is not mapped per search.
+        on_disk = module.read_generation(module.cache_path(index_path))
+        if on_disk != generation:
+            return self._vectors_with_delta(index_path, store, on_disk, generation) if kind == "vector_cache" else None
+        copy = self._mapped(kind, index_path, generation)
+        return copy if copy is not None and copy.generation == generation else None  # not one replaced meanwhile
 
     def _refusal(self, directory: DirectoryConfig, store: IndexStore, indexed: embeddings.ModelIdentity | None) -> str | None:
         """Why vector search is off for an index whose vectors are `indexed` (store.model_identity()), or None."""
@@ -526,7 +523,7 @@ class KnowledgeBase:
         on_disk = keyword_cache.read_generation(keyword_cache.cache_path(index_path))
         if on_disk is None or not (on_disk == generation or derived_file.earlier_state(on_disk, generation)):
             return None
-        copy = self._keyword_copy(index_path, on_disk)
+        copy = self._mapped("keyword_cache", index_path, on_disk)
         if copy is None:
             return None
         if copy.generation == generation:
@@ -544,29 +541,25 @@ class KnowledgeBase:
         delta = self._copies.get(("vector_delta", index_path))
         if delta is not None and delta.generation == generation and delta.copy.generation == on_disk:
             return delta
-        copy = self._copies.get(("vector_cache", index_path))
-        if copy is None or copy.generation != on_disk:
-            try:
-                copy = VectorCache(vector_cache.cache_path(index_path))
-            except (OSError, ValueError):
-                return None
-            self._copies[("vector_cache", index_path)] = copy
-        touched = vector_cache.delta_since(store, copy.header, generation)  # the copy mapped, not a newer file
+        copy = self._mapped("vector_cache", index_path, on_disk)
+        touched = None if copy is None else vector_cache.delta_since(store, copy.header, generation)  # of the copy mapped
         if touched is None:
             return None
         delta = self._copies[("vector_delta", index_path)] = VectorDelta(copy, generation, touched,
                                                                         store.vectors_for(touched.tolist()))
         return delta
 
-    def _keyword_copy(self, index_path: Path, generation: str) -> KeywordCache | None:
-        """The keyword copy on disk, mapped once per state (its header said `generation`)."""
-        copy = self._copies.get(("keyword_cache", index_path))
+    def _mapped(self, kind: str, index_path: Path, generation: str) -> VectorCache | KeywordCache | None:
+        """The copy of `kind` on disk, mapped once per state (its header said `generation`; the file
+        mapped may be newer, so callers compare its own)."""
+        module, opener = DERIVED_COPIES[kind]
+        copy = self._copies.get((kind, index_path))
         if copy is None or copy.generation != generation:
             try:
-                copy = KeywordCache(keyword_cache.cache_path(index_path))
+                copy = opener(module.cache_path(index_path))
             except (OSError, ValueError):
                 return None
-            self._copies[("keyword_cache", index_path)] = copy
+            self._copies[(kind, index_path)] = copy
         return copy
 
     def _catch_up_keywords(self, path: Path, store: IndexStore) -> None:
@@ -580,7 +573,7 @@ class KnowledgeBase:
         if on_disk == generation:
             return
         with contextlib.suppress(OSError):
-            copy = self._keyword_copy(path, on_disk) if derived_file.earlier_state(on_disk, generation) else None
+            copy = self._mapped("keyword_cache", path, on_disk) if derived_file.earlier_state(on_disk, generation) else None
             if copy is not None and time.time() - copy_path.stat().st_mtime < KEYWORD_DELTA_SECONDS:
                 written = store.count_written_since(derived_file.counter(on_disk))
                 if written + max(0, copy.count + written - store.chunk_total()) <= KEYWORD_DELTA_CHUNKS:
