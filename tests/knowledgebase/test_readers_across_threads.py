@@ -10,11 +10,8 @@ from hermes_kb.agent.knowledgebase import retriever
 from hermes_kb.agent.knowledgebase.service import KnowledgebaseError
 
 
-def test_a_search_under_way_in_another_thread_survives_a_clear(tmp_path, make_kb, monkeypatch):
-    root = tmp_path / "notes"
-    root.mkdir()
-    (root / "a.md").write_text("# Alpha\n\nkiwi banana mango smoothie recipe\n")
-    kb = make_kb(root)
+def test_a_search_under_way_in_another_thread_survives_a_clear(tree, make_kb, monkeypatch):
+    kb = make_kb(tree({"a.md": "# Alpha\n\nkiwi banana mango smoothie recipe\n"}))
     kb.index()
     inside, cleared = threading.Event(), threading.Event()
     gather = retriever._gather
@@ -29,7 +26,7 @@ def test_a_search_under_way_in_another_thread_survives_a_clear(tmp_path, make_kb
     with ThreadPoolExecutor(1, thread_name_prefix="searcher") as searcher:
         under_way = searcher.submit(lambda: [h.path for h in kb.search("kiwi mango", mode="keyword").hits])
         assert inside.wait(10)
-        assert kb.clear() == ["notes"]
+        assert kb.clear() == ["docs"]
         cleared.set()
         # Before: its connection was closed under it, and it said the index was corrupt.
         assert under_way.result(10) == ["a.md"]  # what its snapshot held

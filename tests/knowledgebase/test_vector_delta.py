@@ -50,13 +50,10 @@ def answers(kb) -> list:
 
 
 @pytest.fixture
-def notes(tmp_path, make_kb, monkeypatch):
+def notes(tree, make_kb, monkeypatch):
     """36 notes indexed with a copy that counts as large (DELTA_MIN_ROWS 0)."""
     monkeypatch.setattr(vector_cache, "DELTA_MIN_ROWS", 0)
-    root = tmp_path / "notes"
-    root.mkdir()
-    for i in range(36):
-        (root / f"n{i:02}.md").write_text(f"# Note {i}\n\n{TOPICS[i % len(TOPICS)]} number{i}\n")
+    root = tree({f"n{i:02}.md": f"# Note {i}\n\n{TOPICS[i % len(TOPICS)]} number{i}\n" for i in range(36)})
     kb = make_kb(root)
     kb.index()
     return root, kb, kb.index_path(kb.config.directories[0])
