@@ -23,7 +23,7 @@ from typing import Iterable, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from . import analysis, keyword_cache, vector_cache
+from . import analysis, derived_file, keyword_cache, vector_cache
 from .chunker import Chunk
 from .embeddings import ModelIdentity
 from .filters import FileMetadata, FileTable, pack_parts, pack_tags, unpack_parts
@@ -617,7 +617,7 @@ class IndexStore(StoreCommon):
         """A vector copy of `generation` was just built: what the log holds up to it serves no delta, and
         only that copy may be searched with one (`vector_copy_built`: an index restored from a backup
         has its own, so a copy built after the backup cannot pass for its base)."""
-        counter = int(generation.rsplit(":", 1)[1])
+        counter = derived_file.counter(generation)
         with self.transaction():
             if self.vector_log_complete():
                 self.conn.execute("DELETE FROM vectors_touched WHERE written <= ?", (counter,))
