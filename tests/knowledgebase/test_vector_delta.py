@@ -1,7 +1,6 @@
 """A large vector copy a few changes behind is kept, and searched with the vectors of the chunks changed
 since (vector_cache.VectorDelta): it must find the chunks and scores a copy rebuilt from scratch finds."""
 
-import contextlib
 import json
 import shutil
 from pathlib import Path
@@ -21,16 +20,6 @@ TOPICS = ["kiwi banana mango smoothie", "rust borrow checker lifetimes", "sourdo
           "tide pool anemone starfish", "violin bow rosin strings", "comet orbit perihelion tail"]
 QUERIES = ["mango smoothie", "borrow checker", "sourdough hydration", "anemone starfish", "violin rosin",
            "comet perihelion", "volcano basalt eruption", "glacier crevasse ice"]
-
-
-@contextlib.contextmanager
-def vector_rebuilds_forced():
-    previous = vector_cache.DELTA_MIN_ROWS
-    vector_cache.DELTA_MIN_ROWS = 10**9
-    try:
-        yield
-    finally:
-        vector_cache.DELTA_MIN_ROWS = previous
 
 
 def copy_generation(index) -> str | None:
@@ -197,7 +186,7 @@ def test_vectors_an_older_version_writes_are_logged_or_the_copy_is_not_trusted(n
         assert vector_cache.delta_since(store, header, store.generation()) is None
 
 
-def test_an_index_restored_from_a_backup_never_takes_a_newer_copy_for_its_own(notes, tmp_path, make_kb):
+def test_an_index_restored_from_a_backup_never_takes_a_newer_copy_for_its_own(notes, tmp_path, monkeypatch):
     """A copy built after the backup was taken, from changes the restore undid, must not serve once the
     restored index's own changes count past its generation."""
     root, kb, index = notes
@@ -205,8 +194,9 @@ def test_an_index_restored_from_a_backup_never_takes_a_newer_copy_for_its_own(no
     with IndexStore(index) as store:
         store.conn.execute("VACUUM INTO ?", (str(backup),))
     (root / "secret.md").write_text("# Secret\n\nvolcano basalt eruption\n")
-    with vector_rebuilds_forced():
-        kb.index()  # the copy now holds secret.md's vector, with a new token
+    with monkeypatch.context() as rebuilding:
+        rebuilding.setattr(vector_cache, "DELTA_MIN_ROWS", 10**9)
+        kb.index()  # the copy now holds secret.md's vector, and the index records it as the one it built
     copy_header = derived_file.claimed(cache_path(index), MAGIC)
     (root / "secret.md").unlink()
     kb.forget(index)
