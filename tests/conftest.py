@@ -59,7 +59,8 @@ def stub_embedder() -> StubEmbedder:
 def make_kb(hermes_home, stub_embedder):
     """KnowledgeBase over the given directories with the stub embedder (or another one)."""
     def factory(*directories: Path, embedder=None, **settings) -> KnowledgeBase:
-        section = {"directories": [str(d) for d in directories], **settings}
+        # Retrieval's own order unless a test asks for the relevance stage (test_reranker.py does).
+        section = {"directories": [str(d) for d in directories], "rerank": "off", **settings}
         config = parse_knowledgebase(section)
         chosen = embedder or stub_embedder
         return KnowledgeBase(config, hermes_home, embedder_factory=lambda: chosen)

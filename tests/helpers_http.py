@@ -9,7 +9,7 @@ from typing import Callable
 
 
 class RecordingServer:
-    """`routes` maps a path to a function(body) -> (status, body or list of SSE chunks)."""
+    """`routes` maps a path to a function(body) -> (status, body or list of SSE chunks, or raw bytes)."""
 
     def __init__(self, routes: dict[str, Callable[[dict], tuple[int, object]]]):
         self.requests: list[tuple[str, dict, dict]] = []
@@ -37,7 +37,7 @@ class RecordingServer:
                         self.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
                     self.wfile.write(b"data: [DONE]\n\n")
                     return
-                data = json.dumps(payload).encode()
+                data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()  # bytes: a raw body
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
                 self.send_header("Content-Length", str(len(data)))

@@ -10,6 +10,7 @@ import json
 import shlex
 import sys
 import time
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Callable
 
 from rich import box
@@ -19,6 +20,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from hermes_kb.agent.knowledgebase.config import RERANK_MODES
 from hermes_kb.agent.knowledgebase.retriever import MODES
 from hermes_kb.agent.knowledgebase.snippets import Snippet
 from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
@@ -73,6 +75,9 @@ def build_parser(prog: str = "hermes kb") -> argparse.ArgumentParser:
     search.add_argument("--since", metavar="WHEN", help="only files dated at or after WHEN: 2026-11-30, 7d, 2w, 12h, today "
                                                         "(a note's front matter date, else the file's modification time)")
     search.add_argument("--before", metavar="WHEN", help="only files dated before WHEN (as --since)")
+    search.add_argument("--rerank", choices=RERANK_MODES, help="the relevance stage for this search (default: "
+                                                               "knowledgebase.rerank, auto: the shipped model)")
+    search.add_argument("--explain", action="store_true", help="show each hit's vector, keyword and relevance scores")
     status = verbs.add_parser("status", help="what is indexed, how big, and how stale")
     status.add_argument("target", nargs="?")
     clear = verbs.add_parser("clear", help="delete an index (the files themselves are untouched)")
@@ -142,19 +147,23 @@ def _print_skipped(summary, out: Console, shown: int = 20) -> None:
 def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     query = " ".join(args.query)
     result = kb.search(query, k=args.k, directory=args.directory, mode=args.mode, path_glob=args.path_glob,
-                       kind=args.kind, tags=args.tags, since=args.since, before=args.before)
+                       kind=args.kind, tags=args.tags, since=args.since, before=args.before, rerank=args.rerank)
     if args.json:
-        _emit_json(out, {"query": query, "hits": [h.to_dict() for h in result.hits], "warnings": result.warnings})
+        _emit_json(out, {"query": query, "hits": [h.to_dict() for h in result.hits], "warnings": result.warnings,
+                         "rerank": asdict(result.rerank) if result.rerank else None})
         return 0
     for warning in result.warnings:
         err.print(f"[yellow]warning:[/] {safe(warning)}")
+    if args.explain:
+        _explain_rerank(result, err)
     if not result.hits:
         out.print("No results.")
     for n, hit in enumerate(result.hits, 1):
         where = f" {hit.part}" if hit.part else f":{hit.start_line}-{hit.end_line}"
         heading = f" — {safe(hit.heading)}" if hit.heading else ""
         out.print(f"[bold cyan][S{n}][/] {safe(hit.directory)}:{safe(hit.path)}{where}"
-                  f"  [dim](score {hit.score:.3f}, {'+'.join(hit.found_by)})[/]{heading}", highlight=False)
+                  f"  [dim](score {hit.score:.3f}, {'+'.join(hit.found_by)}{_scores(hit) if args.explain else ''})[/]"
+                  f"{heading}", highlight=False)
         for line in snippet_text(hit.snippet):
             out.print(line, highlight=False, soft_wrap=True)
         if hit.also_in:
@@ -162,6 +171,21 @@ def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
             out.print(f"    [dim]the same text is also in {safe(', '.join(place.label() for place in hit.also_in[:ALSO_IN_SHOWN]))}{more}[/]",
                       highlight=False)
     return 0
+
+
+def _scores(hit) -> str:
+    """`; vector 0.612, keyword 0.420, relevance 0.930` for --explain (a score a hit lacks is left out)."""
+    parts = [(name, value) for name, value in (("vector", hit.vector_score), ("keyword", hit.keyword_score),
+                                               ("relevance", hit.rerank_score)) if value is not None]
+    return "; " + ", ".join(f"{name} {value:.3f}" for name, value in parts) if parts else ""
+
+
+def _explain_rerank(result, err: Console) -> None:
+    judged = result.rerank
+    if judged is not None:
+        note = f": {judged.skipped}" if judged.skipped else ""
+        err.print(f"[dim]relevance stage {safe(judged.engine)}: {judged.judged} judged in "
+                  f"{judged.seconds * 1000:.0f} ms{safe(note)}[/]", highlight=False)
 
 
 def snippet_text(snippet: Snippet) -> list[Text]:

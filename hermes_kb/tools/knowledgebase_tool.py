@@ -14,7 +14,7 @@ from typing import Callable
 
 from hermes_kb.agent.knowledgebase.citations import Citations
 from hermes_kb.agent.knowledgebase.context import hit_key, location, source_record
-from hermes_kb.agent.knowledgebase.config import DirectoryConfig, KnowledgebaseConfig
+from hermes_kb.agent.knowledgebase.config import RERANK_MODES, DirectoryConfig, KnowledgebaseConfig
 from hermes_kb.agent.knowledgebase.retriever import MODES
 from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
@@ -48,6 +48,9 @@ SCHEMAS = {
             "before": {"type": "string", "description": "only files dated before this (as since)"},
             "kind": {"type": "string", "enum": list(FILE_KINDS), "description": "only files of this kind"},
             "path_glob": {"type": "string", "description": "only files whose path matches this glob, e.g. 'docs/*.md'"},
+            "rerank": {"type": "string", "enum": list(RERANK_MODES),
+                       "description": "the relevance judge that reorders hits (default: the user's setting); off for "
+                                      "retrieval's own order"},
         }, "required": ["query"]},
     },
     "kb_read": {
@@ -107,7 +110,8 @@ def _search(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: 
     k = max(1, min(int(args.get("k", 5)), 20))
     directory = str(_known(kb, args["directory"]).path) if args.get("directory") else None
     result = kb.search(args["query"], k=k, directory=directory, mode=args.get("mode", "hybrid"), path_glob=args.get("path_glob"),
-                       kind=args.get("kind"), tags=args.get("tags") or (), since=args.get("since"), before=args.get("before"))
+                       kind=args.get("kind"), tags=args.get("tags") or (), since=args.get("since"), before=args.get("before"),
+                       rerank=args.get("rerank"))
     citations = citations if citations is not None else Citations()
     hits = []
     for hit in result.hits:
@@ -115,7 +119,8 @@ def _search(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: 
         source_id = citations.id_for(hit_key(hit), source_record("", hit))
         hits.append({"id": source_id, "directory": hit.directory, "path": hit.path, "cite": f"{hit.directory}/{hit.path}",
                      "location": location(hit), "lines": f"{hit.start_line}-{hit.end_line}", "page": hit.page, "part": hit.part,
-                     "heading": hit.heading, "score": hit.score, "found_by": hit.found_by, "text": text,
+                     "heading": hit.heading, "score": hit.score, "found_by": hit.found_by,
+                     **({"relevance": hit.rerank_score} if hit.rerank_score is not None else {}), "text": text,
                      **({"also_in": [place.label() for place in hit.also_in]} if hit.also_in else {})})
     return {"query": args["query"], "notice": UNTRUSTED, "hits": hits, "warnings": result.warnings}
 

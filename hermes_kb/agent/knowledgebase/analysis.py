@@ -91,6 +91,11 @@ def _identifier():
     return identifier
 
 
+def identify(text: str) -> tuple[str, float]:
+    """(ISO code, probability) of the Latin-script language the detector hears in `text`, however short."""
+    return _identifier().classify(text[:2000])
+
+
 def chunk_language(text: str) -> str:
     """The Snowball stemmer for this text's Latin-script words: English unless the detector is sure."""
     sample = text[:2000]

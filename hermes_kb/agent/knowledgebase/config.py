@@ -21,6 +21,7 @@ from .scanner import size_cap as cap_for_kind
 
 BACKENDS = ("local", "multilingual", "openai", "ollama")
 FUSIONS = ("weighted", "rrf")
+RERANK_MODES = ("auto", "off", "local", "endpoint", "llm")  # reranker.MODES (config imports no engine)
 DEFAULT_LOCAL_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 DEFAULT_REMOTE_MODELS = {"openai": "text-embedding-3-small", "ollama": "nomic-embed-text",
                          "multilingual": "intfloat/multilingual-e5-small"}
@@ -142,6 +143,13 @@ class KnowledgebaseConfig:
     min_score: float = 0.05
     keyword_row_budget: int | None = 5000  # rows FTS5 may score per query; None never drops query words
     relevance_threshold: float = 0.75  # on context.confidence; calibrated by benchmarks/injection_gate.py
+    # The relevance stage after retrieval (reranker.py): auto = the shipped model where it reads the query.
+    rerank: str = "auto"
+    rerank_url: str | None = None  # a /v1/rerank server, for rerank: endpoint
+    rerank_model: str = ""
+    rerank_api_key_env: str | None = None
+    rerank_timeout_s: float = 5.0
+    rerank_threshold: float | None = None  # the gate's bar on a judged probability; None: the engine's own
     max_context_chunks: int = 4
     max_context_tokens: int = 1200
     auto_retrieve: bool = True
@@ -282,6 +290,12 @@ _SCALARS: dict[str, Callable[[str, Any], Any]] = {
     "min_score": _number(float, 0.0, 1.0),
     "keyword_row_budget": _optional(_number(int, 100)),
     "relevance_threshold": _number(float, 0.0, 2.0),
+    "rerank": _choice(RERANK_MODES),
+    "rerank_url": _text,
+    "rerank_model": _text,
+    "rerank_api_key_env": _text,
+    "rerank_timeout_s": _number(float, 0.1, 120.0),
+    "rerank_threshold": _optional(_number(float, 0.0, 1.0)),
     "max_context_chunks": _number(int, 0),
     "max_context_tokens": _number(int, 0),
     "auto_retrieve": _bool,

@@ -18,6 +18,7 @@ from pathlib import Path
 from .chunker import estimate_tokens
 from .citations import Citations, PassageKey, passage_key
 from .config import KnowledgebaseConfig
+from .reranker import Judged
 from .retriever import Hit
 from .service import MAX_QUERY_CHARS, KnowledgeBase
 
@@ -44,6 +45,7 @@ COMPANION_MARGIN = 0.1  # once the gate opens, hits this close to the best one c
 # and companions may trail the best hit by more, but a hit with no evidence still stays out.
 FORCED_SHARE = 0.5
 FORCED_MARGIN = 0.25
+COMPANION_RELEVANCE = 0.5  # a judged companion needs at least this share of the first passage's relevance
 
 
 def is_trivial(message: str) -> bool:
@@ -98,6 +100,20 @@ def looks_like_debris(text: str) -> bool:
     if len(lines) < DEBRIS_LINES:
         return False
     return sum(1 for words in lines if len(words) <= 2) >= DEBRIS_SHARE * len(lines)
+
+
+# A line of a table of contents or a back-of-book index: words, then dot leaders or spaces, then page numbers.
+_INDEX_LINE = re.compile(r"^\W*\S.{0,120}?(?:\s*\.{2,}\s*|\s{2,}|,\s*)\d{1,4}(?:\s*[-–,]\s*\d{1,4})*\s*$")
+INDEX_SHARE = 0.5
+
+
+def looks_like_index(text: str) -> bool:
+    """A table of contents or an index ("quicksort, 213, 217" / "3.2 Sorting ........ 41"): it names
+    where an answer is, never the answer, so it is not put in front of the model."""
+    lines = [line for line in text.splitlines() if line.strip()]
+    if len(lines) < DEBRIS_LINES:
+        return False
+    return sum(1 for line in lines if _INDEX_LINE.match(line)) >= INDEX_SHARE * len(lines)
 
 
 def confidence(hits: list[Hit]) -> float:
@@ -218,15 +234,15 @@ class AutoRetriever:
         future = self._pool.submit(self.kb.search, query, k=self.config.max_context_chunks + min(seen, 20),
                                    max_tokens=None)
         try:
-            hits = future.result(timeout=self.timeout_s).hits
+            result = future.result(timeout=self.timeout_s)  # reranked where the relevance stage judged
         except concurrent.futures.TimeoutError:
             log.warning("knowledgebase retrieval took longer than %.1f s; this turn goes on without it", self.timeout_s)
             return None
         except Exception as exc:  # retrieval must never break a turn
             log.warning("knowledgebase retrieval skipped: %s", exc)
             return None
-        bar = self.config.relevance_threshold * (FORCED_SHARE if forced else 1.0)
-        if not hits or confidence(hits) < bar:
+        hits = result.hits
+        if not hits or not self.opens(hits, result.rerank, forced is not None):
             return None
         chosen = self.choose(hits, forced is not None)
         if not chosen:
@@ -240,6 +256,16 @@ class AutoRetriever:
         self.injected.discard(hit.content_hash)
         self.citations.forget(hit_key(hit))
 
+    def opens(self, hits: list[Hit], judged: Judged | None, forced: bool = False) -> bool:
+        """The gate. Where the relevance model judged the best hit, its probability that the text
+        answers the message decides (rerank_threshold, or the engine's own calibrated bar); else
+        retrieval's `confidence` against relevance_threshold. `@kb` lowers either bar."""
+        share = FORCED_SHARE if forced else 1.0
+        if hits[0].rerank_score is not None and judged is not None:
+            bar = judged.threshold if self.config.rerank_threshold is None else self.config.rerank_threshold
+            return hits[0].rerank_score >= bar * share
+        return confidence(hits) >= self.config.relevance_threshold * share
+
     def choose(self, hits: list[Hit], forced: bool = False) -> list[Hit]:
         """The hits a block carries once the gate is open: the best one and those close to it, not
         injected before, within the chunk and token budgets (benchmarks/injection_gate.py scores these)."""
@@ -249,8 +275,10 @@ class AutoRetriever:
         for hit in hits:
             if hit.content_hash in self.injected or self.citations.known(hit_key(hit)):
                 continue  # the model has it already, from a block or a kb_search result
-            if looks_like_debris(hit.text):
+            if looks_like_debris(hit.text) or looks_like_index(hit.text):
                 continue
+            if hit.rerank_score is not None and chosen and hit.rerank_score < COMPANION_RELEVANCE * chosen[0].rerank_score:
+                continue  # judged far less of an answer than the block's first passage
             if hit.score < hits[0].score - margin:
                 break
             size = estimate_tokens(hit.text)

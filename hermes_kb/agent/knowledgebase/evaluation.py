@@ -30,12 +30,13 @@ from .service import KnowledgeBase
 log = logging.getLogger(__name__)
 
 METRICS = ("ndcg@10", "recall@10", "recall@100", "mrr@10")
-# name -> (search mode, fusion)
-SYSTEMS: dict[str, tuple[str, str]] = {
-    "keyword": ("keyword", "weighted"),
-    "vector": ("vector", "weighted"),
-    "hybrid (weighted)": ("hybrid", "weighted"),
-    "hybrid (rrf)": ("hybrid", "rrf"),
+# name -> (search mode, fusion, relevance stage)
+SYSTEMS: dict[str, tuple[str, str, str]] = {
+    "keyword": ("keyword", "weighted", "off"),
+    "vector": ("vector", "weighted", "off"),
+    "hybrid (weighted)": ("hybrid", "weighted", "off"),
+    "hybrid (rrf)": ("hybrid", "rrf", "off"),
+    "hybrid + rerank": ("hybrid", "weighted", "local"),
 }
 DOC_DEPTH = 100  # documents ranked per query
 CHUNK_DEPTH = 300  # chunks asked for to fill DOC_DEPTH documents
@@ -177,13 +178,13 @@ def evaluate(dataset_dir: Path, config: KnowledgebaseConfig, hermes_home: Path, 
     qrels = Qrels(dataset.qrels)
     results = []
     for name in systems:
-        mode, fusion = SYSTEMS[name]
+        mode, fusion, rerank = SYSTEMS[name]
         system_kb = kb.reconfigured(replace(config, fusion=fusion))
         on_progress(f"querying: {name}")
         run, timings = {}, []
         for query_id, text in dataset.queries.items():
             started = time.perf_counter()
-            hits = system_kb.search(text, k=CHUNK_DEPTH, directory=corpus, mode=mode).hits
+            hits = system_kb.search(text, k=CHUNK_DEPTH, directory=corpus, mode=mode, rerank=rerank).hits
             timings.append((time.perf_counter() - started) * 1000)
             run[query_id] = doc_ranking(hits, names) or {"__none__": 0.0}
         scores = ranx_evaluate(qrels, Run(run), list(METRICS))

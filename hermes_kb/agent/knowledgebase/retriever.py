@@ -18,10 +18,11 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import analysis, snippets
+from . import analysis, reranker as relevance, snippets
 from .chunker import estimate_tokens
 from .filters import FileTable, SearchFilter
 from .keyword_cache import KeywordCache, idf
+from .reranker import Judged, Reranker, RerankError, ScoreCache
 from .citations import part_label
 from .snippets import Snippet
 from .store import IndexStore
@@ -126,6 +127,8 @@ class SearchOptions:
     max_tokens: int | None = None
     filter: SearchFilter = SearchFilter()
     keyword_row_budget: int | None = None  # see affordable_terms
+    reranker: Reranker | None = None  # the relevance stage (reranker.py); None: retrieval's order stands
+    rerank_cache: ScoreCache | None = None
 
 
 @dataclass(frozen=True)
@@ -167,6 +170,7 @@ class Hit:
     # The same text found in other places, ranked below this one and not listed again: a docs site
     # repeats blocks verbatim (every npm command page its shared options).
     also_in: list[Place] = field(default_factory=list)
+    rerank_score: float | None = None  # the relevance model's probability that the text answers the query
 
     @functools.cached_property
     def snippet(self) -> Snippet:
@@ -193,6 +197,7 @@ class SearchResult:
     hits: list[Hit] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     unmatched: list[str] = field(default_factory=list)  # the query's words, when no indexed chunk holds any
+    rerank: Judged | None = None  # what the relevance stage did, when one was asked for
 
 
 _CAMEL_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
@@ -562,14 +567,19 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
     by_text: dict[str, Hit] = {}  # each text shown once, see Hit.also_in
     tokens = 0
     shown_terms = tuple(terms)
-    step = max(16, 2 * options.k)  # rows fetched at a time: most searches need only the first window
+    # With a relevance stage, its DEPTH candidates are gathered first; k and the token budget apply to
+    # its order, not retrieval's.
+    judging = options.reranker is not None and options.mode != "keyword"
+    wanted = max(options.k, relevance.DEPTH) if judging else options.k
+    budget = None if judging else options.max_tokens
+    step = max(16, 2 * wanted)  # rows fetched at a time: most searches need only the first window
     for begin in range(0, len(scored), step):
         window = scored[begin:begin + step]
         for source in {c.source.key: c.source for _, c in window}.values():
             ids = [c.chunk_id for _, c in window if c.source is source]
             rows.update({(source.key, i): row for i, row in source.store.chunks(ids).items()})
         for score, candidate in window:
-            if score < options.min_score or len(kept) >= options.k:
+            if score < options.min_score or len(kept) >= wanted:
                 break
             row = rows.get((candidate.source.key, candidate.chunk_id))
             if row is None:
@@ -585,8 +595,8 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
             if same is not None:
                 same.also_in.append(Place(candidate.source.name, row.path, row.kind, row.start_line, row.end_line, row.page))
                 continue
-            size = estimate_tokens(row.text) if options.max_tokens is not None else 0
-            if options.max_tokens is not None and kept and tokens + size > options.max_tokens:
+            size = estimate_tokens(row.text) if budget is not None else 0
+            if budget is not None and kept and tokens + size > budget:
                 return _finish(result, kept)
             taken.append((row.start_line, row.end_line))
             tokens += size
@@ -600,9 +610,59 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
                 stale=freshness == "stale", query_words=shown_terms, languages=candidate.source.languages,
             ))
             by_text[text_key] = kept[-1]
-        if len(kept) >= options.k or (window and window[-1][0] < options.min_score):
+        if len(kept) >= wanted or (window and window[-1][0] < options.min_score):
             break
+    if judging:
+        kept = _budgeted(_rerank(result, kept, query, options)[:options.k], options.max_tokens)
     return _finish(result, kept)
+
+
+def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOptions) -> list[Hit]:
+    """The relevance stage: each candidate judged, its score blended with retrieval's by position
+    (reranker.blend), exact occurrences of the query kept first. Fail-open: an engine that cannot
+    judge leaves retrieval's order, and says why in `result.rerank`."""
+    engine = options.reranker
+    result.rerank = Judged(engine.identity, 0, engine.threshold)
+    if not hits:
+        return hits
+    if not engine.reads(query):
+        result.rerank.skipped = "the relevance model does not read this query's language"
+        return hits
+    files = [(hit.directory, hit.path) for hit in hits]
+    judged = hits[:1] if relevance.decisive([hit.score for hit in hits], files) else hits[:relevance.DEPTH]
+    passages = [f"{hit.heading}\n{hit.text}" if hit.heading else hit.text for hit in judged]
+    try:
+        scores, result.rerank.seconds = relevance.timed(lambda: relevance.judge(
+            engine, options.rerank_cache or ScoreCache(), query, passages, [hit.content_hash for hit in judged]))
+    except RerankError as exc:
+        log.info("relevance stage skipped: %s", exc)
+        result.rerank.skipped = str(exc)
+        return hits
+    result.rerank.judged = len(judged)
+    if len(judged) == 1 and len(hits) > 1:
+        result.rerank.skipped = "retrieval was decisive: only its best hit was judged"
+    for rank, (hit, score) in enumerate(zip(judged, scores)):
+        hit.rerank_score = round(score, 4)
+        hit.score = round(relevance.blend(hit.score, score, rank), 4)
+        hit.found_by = [*hit.found_by, "rerank"]
+    order = sorted(judged, key=lambda hit: ("exact" in hit.found_by, hit.score), reverse=True)
+    return order + hits[len(judged):]
+
+
+def _budgeted(hits: list[Hit], max_tokens: int | None) -> list[Hit]:
+    """Hits in order while they fit `max_tokens` (the first always)."""
+    if max_tokens is None:
+        return hits
+    kept, tokens = [], 0
+    for hit in hits:
+        size = estimate_tokens(hit.text)
+        if kept and tokens + size > max_tokens:
+            break
+        kept.append(hit)
+        tokens += size
+    return kept
+
+
 
 
 def _freshness(path: str, row) -> str:

@@ -17,7 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from . import derived_file, embeddings, keyword_cache, vector_cache
+from . import derived_file, embeddings, keyword_cache, reranker, vector_cache
 from . import ocr as ocr_engine
 from .backends import backend_for
 from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, resolve_path, unique_name
@@ -141,7 +141,8 @@ def _fenced_from_failing_models(sources: list[SearchSource]) -> list[SearchSourc
 
 class KnowledgeBase:
     def __init__(self, config: KnowledgebaseConfig, hermes_home: Path,
-                 embedder_factory: Callable[[], embeddings.Embedder] | None = None):
+                 embedder_factory: Callable[[], embeddings.Embedder] | None = None,
+                 judge: reranker.Judge | None = None):
         self.config = config
         self.hermes_home = hermes_home
         self.backend = backend_for(config.store, hermes_home)  # where indexes live: SQLite files or PostgreSQL
@@ -155,6 +156,7 @@ class KnowledgeBase:
         self._copies: dict[tuple[str, Path], VectorCache | VectorDelta | KeywordCache] = {}  # open memory maps, reused while current
         self._readers: dict[tuple[Path, int], tuple[tuple[int, int], IndexStore]] = {}
         self._file_tables: dict[Path, FileTable] = {}  # filters.FileTable of each index searched with a filter
+        self.rerankers = reranker.Engines(hermes_home / "knowledgebase" / "models" / "openvino-cache", judge)
 
     def reconfigured(self, config: KnowledgebaseConfig) -> "KnowledgeBase":
         """This knowledgebase under another configuration (evaluation compares fusions over one index),
@@ -162,6 +164,7 @@ class KnowledgeBase:
         other = KnowledgeBase(config, self.hermes_home, self._embedder_factory)
         other._embedders, other._expected_identities, other._embedder_lock = \
             self._embedders, self._expected_identities, self._embedder_lock
+        other.rerankers = self.rerankers
         return other
 
     # --- helpers --------------------------------------------------------------------------
@@ -405,18 +408,23 @@ class KnowledgeBase:
     def search(self, query: str, k: int = 10, directory: str | None = None, mode: str = "hybrid",
                path_glob: str | None = None, kind: str | None = None, max_tokens: int | None = None,
                min_score: float | None = None, tags: Sequence[str] | str = (), since: object = None,
-               before: object = None) -> SearchResult:
+               before: object = None, rerank: str | None = None) -> SearchResult:
         """Search; hits from small files that changed since indexing are re-indexed and searched again.
         kind, path_glob, tags, since and before narrow it to the files they admit (filters.py); dates
-        are ISO dates, spans such as `7d`, or epoch seconds."""
+        are ISO dates, spans such as `7d`, or epoch seconds. `rerank` overrides the configured
+        relevance stage for this search (reranker.MODES)."""
         if not isinstance(query, str):
             raise KnowledgebaseError("The query must be text.")
         if len(query) > MAX_QUERY_CHARS:
             raise KnowledgebaseError(f"The query is {len(query):,} characters long; at most {MAX_QUERY_CHARS:,} "
                                      f"are searched, so shorten it to the words that matter.")
         only = search_filter(FILE_KINDS, kind, path_glob, tags, since, before)
+        try:
+            engine = self.rerankers.for_mode(rerank or self.config.rerank, self.config)
+        except reranker.RerankError as exc:
+            raise KnowledgebaseError(str(exc)) from None
         arguments = dict(query=well_formed(query), k=k, directory=directory, mode=mode, only=only,
-                         max_tokens=max_tokens, min_score=min_score)
+                         max_tokens=max_tokens, min_score=min_score, engine=engine)
         result = self._search(**arguments)
         stale: dict[str, set[str]] = {}
         for hit in result.hits:
@@ -435,13 +443,14 @@ class KnowledgeBase:
         return self._search(**arguments)
 
     def _search(self, query: str, k: int, directory: str | None, mode: str, only: SearchFilter,
-                max_tokens: int | None, min_score: float | None) -> SearchResult:
+                max_tokens: int | None, min_score: float | None, engine: reranker.Reranker | None) -> SearchResult:
         targets = self.targets(directory)
         fenced: list[str] = []  # why an index was left out of this search, one sentence each
         options = SearchOptions(
             k=k, mode=mode, fusion=self.config.fusion, alpha=self.config.alpha, rrf_k=self.config.rrf_k,
             min_score=self.config.min_score if min_score is None else min_score,
-            max_tokens=max_tokens, filter=only, keyword_row_budget=self.config.keyword_row_budget)
+            max_tokens=max_tokens, filter=only, keyword_row_budget=self.config.keyword_row_budget,
+            reranker=engine, rerank_cache=self.rerankers.cache)
         for _ in range(len(targets) + 1):  # each retry has fenced off one more bad index
             with contextlib.ExitStack() as stack:
                 sources = []

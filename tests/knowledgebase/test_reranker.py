@@ -1,0 +1,231 @@
+"""The relevance stage: the shipped model, the /v1/rerank engine, a host's judge, the blend, the cache
+and the gate that reads the judgement."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+
+from hermes_kb.agent.knowledgebase import reranker
+from hermes_kb.agent.knowledgebase.context import AutoRetriever, looks_like_index
+from hermes_kb.agent.knowledgebase.reranker import (EndpointReranker, LlmReranker, LocalReranker, RerankError,
+                                                     parse_judgement)
+from hermes_kb.agent.knowledgebase.service import KnowledgebaseError
+from tests.helpers_http import RecordingServer
+
+NOTES = {
+    "archive.md": "# Archives\n\nTo create a gzipped archive of a folder run `tar -czf backup.tar.gz folder`. "
+                  "The z flag compresses the archive with gzip.\n",
+    "history.md": "# Town history\n\nThe town was founded in 1203 by monks who built a bridge over the river. "
+                  "Archives of the monastery list every abbot since.\n",
+    "cooking.md": "# Bread\n\nKnead the dough for ten minutes, then let it rise until doubled in size.\n",
+}
+
+
+@pytest.fixture(scope="module")
+def local() -> LocalReranker:
+    return LocalReranker()
+
+
+class CountingEngine:
+    """A judge that prefers passages holding `liked`, and counts what it was asked."""
+
+    threshold = 0.5
+
+    def __init__(self, liked: str, identity: str = "counting@1"):
+        self.liked, self.identity, self.calls = liked, identity, []
+
+    def reads(self, query: str) -> bool:
+        return True
+
+    def scores(self, query, passages):
+        self.calls.append(len(passages))
+        return [0.95 if self.liked in p else 0.05 for p in passages]
+
+
+def test_the_shipped_model_judges_an_answer_above_a_look_alike_and_an_unrelated_passage(local):
+    answer = "tar -czf backup.tar.gz folder creates a gzipped archive of the folder."
+    look_alike = "The archive of the town council holds records from 1203; the folder of maps is gzipped for the web site."
+    unrelated = "Knead the dough for ten minutes, then let it rise until doubled in size."
+    scores = local.scores("how do I create a gzipped archive of a folder?", [look_alike, answer, unrelated])
+    assert scores[1] > scores[0] > 0.0 and scores[1] > scores[2]
+    assert scores[1] >= local.threshold > scores[2]
+    assert local.identity.startswith(f"{local.card['name']}@{local.card['version']}#")
+
+
+def test_the_shipped_model_is_small_and_records_its_hash():
+    card = json.loads((reranker.MODEL_DIR / "card.json").read_text())
+    assert (reranker.MODEL_DIR / "model.onnx").stat().st_size <= 25 * 1024 * 1024
+    assert card["sha256"] and 0.0 < card["threshold"] < 1.0
+
+
+def test_a_damaged_model_file_is_refused_with_one_sentence(tmp_path):
+    folder = tmp_path / "reranker"
+    shutil.copytree(reranker.MODEL_DIR, folder)
+    with open(folder / "model.onnx", "r+b") as handle:
+        handle.seek(1000)
+        handle.write(b"\x00\x01\x02\x03")
+    with pytest.raises(RerankError, match="does not match its recorded hash"):
+        LocalReranker(folder)
+
+
+def test_the_model_reads_english_and_leaves_other_scripts_and_languages_to_retrieval(local):
+    assert local.reads("how do I create a gzipped archive?")
+    assert not local.reads("Wie erstelle ich ein komprimiertes Archiv eines Ordners?")
+    assert not local.reads("如何创建压缩档案")
+    assert not local.reads("Как создать архив?")
+
+
+def test_both_runtimes_give_the_same_judgement():
+    pytest.importorskip("openvino")
+    passages = ["tar -czf backup.tar.gz folder creates a gzipped archive.", "The town was founded in 1203."]
+    by_openvino = LocalReranker(runtime="openvino").scores("create a gzipped archive", passages)
+    by_onnxruntime = LocalReranker(runtime="onnxruntime").scores("create a gzipped archive", passages)
+    assert by_openvino == pytest.approx(by_onnxruntime, abs=0.03)
+
+
+def test_search_reorders_by_judgement_and_records_it(tree, make_kb):
+    kb = make_kb(tree(NOTES), rerank="local")
+    kb.index()
+    result = kb.search("how do I make a gzipped archive of a folder", k=3)
+    assert result.hits[0].path == "archive.md"
+    assert all(h.rerank_score is not None and "rerank" in h.found_by for h in result.hits)
+    assert result.rerank.engine.startswith("hermes-kb-relevance") and result.rerank.judged == len(result.hits)
+    off = kb.search("how do I make a gzipped archive of a folder", k=3, rerank="off")
+    assert off.rerank is None and all(h.rerank_score is None for h in off.hits)
+
+
+def test_the_judge_reorders_and_scores_are_cached_by_query_and_passage(tree, make_kb):
+    kb = make_kb(tree(NOTES), rerank="local")
+    kb.index()
+    engine = CountingEngine("Knead")
+    kb.rerankers._loaded["local"] = engine
+    first = kb.search("archive folder dough", k=3)
+    judged = len(first.hits)
+    assert first.hits[0].path == "cooking.md" and first.hits[0].rerank_score == 0.95 and judged >= 2
+    assert engine.calls == [judged]
+    kb.search("archive folder dough", k=3)
+    assert engine.calls == [judged]  # every passage's score came from the cache
+    kb.search("archive folder bread dough", k=3)
+    assert len(engine.calls) == 2  # another query is judged again
+
+
+def test_an_exact_occurrence_stays_first_whatever_the_judge_says(tree, make_kb):
+    kb = make_kb(tree({**NOTES, "codes.md": "# Codes\n\nThe error code is XK-4471 for a failed archive upload.\n"}),
+                 rerank="local")
+    kb.index()
+    kb.rerankers._loaded["local"] = CountingEngine("Knead")
+    hits = kb.search("XK-4471", k=3).hits
+    assert hits[0].path == "codes.md" and "exact" in hits[0].found_by
+
+
+def test_a_failing_engine_leaves_retrieval_order_and_says_why(tree, make_kb):
+    kb = make_kb(tree(NOTES), rerank="local")
+    kb.index()
+
+    class Broken(CountingEngine):
+        def scores(self, query, passages):
+            raise RerankError("the engine is down")
+
+    kb.rerankers._loaded["local"] = Broken("x")
+    expected = [h.path for h in kb.search("gzipped archive folder", k=3, rerank="off").hits]
+    result = kb.search("gzipped archive folder", k=3)
+    assert [h.path for h in result.hits] == expected and result.rerank.skipped == "the engine is down"
+
+
+def test_a_query_the_model_cannot_read_is_not_judged(tree, make_kb):
+    kb = make_kb(tree({"de.md": "# Archiv\n\nMit tar -czf erstellt man ein komprimiertes Archiv.\n"}), rerank="local")
+    kb.index()
+    result = kb.search("Wie erstellt man ein komprimiertes Archiv?", k=3)
+    assert result.hits and result.hits[0].rerank_score is None
+    assert "does not read" in result.rerank.skipped
+
+
+def test_the_endpoint_engine_speaks_the_rerank_api_of_a_local_server(tree, make_kb, monkeypatch):
+    def cohere(body):
+        return 200, {"results": [{"index": i, "relevance_score": 0.9 if "Knead" in d else 0.1}
+                                 for i, d in enumerate(body["documents"])]}
+
+    monkeypatch.setenv("RERANK_KEY", "secret-token")
+    with RecordingServer({"/v1/rerank": cohere}) as server:
+        kb = make_kb(tree(NOTES), rerank="endpoint", rerank_url=f"{server.url}/v1/rerank",
+                     rerank_model="bge-reranker", rerank_api_key_env="RERANK_KEY")
+        kb.index()
+        result = kb.search("archive folder dough", k=3)
+    assert result.hits[0].path == "cooking.md" and result.hits[0].rerank_score == 0.9
+    path, headers, body = server.requests[0]
+    assert body["model"] == "bge-reranker" and body["query"] == "archive folder dough"
+    assert headers["Authorization"] == "Bearer secret-token"
+
+
+@pytest.mark.parametrize("answer, expected", [
+    ([{"index": 1, "score": 2.0}, {"index": 0, "score": -2.0}], [0.1192, 0.8808]),  # TEI: a bare list of logits
+    ({"data": [{"index": 0, "relevance_score": 0.3}, {"index": 1, "relevance_score": 0.6}]}, [0.3, 0.6]),  # Voyage
+])
+def test_the_endpoint_reads_each_servers_answer_shape(answer, expected):
+    with RecordingServer({"/rerank": lambda body: (200, json.dumps(answer).encode())}) as server:
+        engine = EndpointReranker(f"{server.url}/rerank")
+        assert engine.scores("q", ["a", "b"]) == pytest.approx(expected, abs=1e-3)
+
+
+def test_an_endpoint_that_fails_or_answers_nonsense_is_one_sentence():
+    with RecordingServer({"/rerank": lambda body: (500, {"error": "boom"}),
+                          "/odd": lambda body: (200, {"results": [{"index": 0}]})}) as server:
+        with pytest.raises(RerankError, match="failed"):
+            EndpointReranker(f"{server.url}/rerank").scores("q", ["a"])
+        with pytest.raises(RerankError, match="did not score every passage|unexpected shape"):
+            EndpointReranker(f"{server.url}/odd").scores("q", ["a", "b"])
+
+
+def test_modes_that_cannot_serve_say_so(tree, make_kb, monkeypatch):
+    kb = make_kb(tree(NOTES))
+    kb.index()
+    with pytest.raises(KnowledgebaseError, match="rerank_url"):
+        kb.search("archive", rerank="endpoint")
+    with pytest.raises(KnowledgebaseError, match="host agent's own model"):
+        kb.search("archive", rerank="llm")
+    with pytest.raises(KnowledgebaseError, match="rerank must be one of"):
+        kb.search("archive", rerank="sometimes")
+    monkeypatch.delenv("NO_SUCH_KEY", raising=False)
+    kb = make_kb(tree(NOTES), rerank="endpoint", rerank_url="http://127.0.0.1:9/v1/rerank", rerank_api_key_env="NO_SUCH_KEY")
+    kb.index()
+    with pytest.raises(KnowledgebaseError, match=r"\$NO_SUCH_KEY"):
+        kb.search("archive")
+
+
+def test_a_hosts_llm_judges_within_its_time_and_fails_open():
+    def judge(query, passages, seconds):
+        return parse_judgement("0: 9\n1: 2", len(passages))
+
+    assert LlmReranker(judge).scores("q", ["a", "b"]) == [0.9, 0.2]
+
+    def slow(query, passages, seconds):
+        raise TimeoutError(f"no answer within {seconds} s")
+
+    with pytest.raises(RerankError, match="no answer within"):
+        LlmReranker(slow, timeout_s=0.5).scores("q", ["a"])
+    assert parse_judgement("[0]: 10\nnonsense\n2 = 4.5", 3) == [1.0, 0.0, 0.45]
+
+
+def test_the_gate_opens_on_the_judgement_not_on_retrievals_confidence(tree, make_kb):
+    kb = make_kb(tree(NOTES), rerank="local", relevance_threshold=2.0)  # retrieval alone could never open it
+    kb.index()
+    kb.rerankers._loaded["local"] = CountingEngine("gzipped")
+    hook = AutoRetriever(kb, kb.config)
+    block = hook.block_for("how do I make a gzipped archive of a folder?")
+    assert block is not None and [h.path for h in block.hits] == ["archive.md"]
+    kb.rerankers._loaded["local"] = CountingEngine("nothing holds this", identity="another@1")
+    hook.reset()
+    assert hook.block_for("how do I make a gzipped archive of a folder?") is None
+
+
+def test_tables_of_contents_and_back_of_book_indexes_are_never_injected():
+    index_page = "\n".join(["Index", "quicksort, 213, 217", "radix sort, 219", "recursion, 45-47, 102",
+                            "red-black tree, 310", "relational algebra, 12", "rounding . . . . 77"])
+    toc = "\n".join(f"{n}.{m} Section title number {m} ........ {n * 10 + m}" for n in range(1, 3) for m in range(1, 5))
+    prose = "\n".join(["The planner estimates 17 rows.", "It then sorts them with quicksort in 23 ms.",
+                       "A hash join would need 40 MB.", "Memory is limited by work_mem.", "Set it per session.",
+                       "See chapter 14 for details."])
+    assert looks_like_index(index_page) and looks_like_index(toc) and not looks_like_index(prose)
