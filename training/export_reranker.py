@@ -96,6 +96,47 @@ def export(checkpoint: Path, layers: int, max_pieces: int, out_dir: Path, figure
     return card
 
 
+GATE_PRECISION = 0.9  # the share of opened gates that must hold the answer (issue #49's bar for blocks)
+
+
+def calibrate(model_dir: Path, train_dir: Path, seed: int, validation: int) -> dict:
+    """The gate's bar on the shipped model's probability, chosen on held-out training queries alone
+    (never on an evaluation set or a collection benchmarks/ measures).
+
+    Each held-out query is asked twice of its BM25 top 20: once with its answer among them
+    (answerable: the gate is right when it opens on the answer) and once with the answer removed (a
+    look-alike collection that cannot answer: any opening is wrong). The bar is the smallest
+    probability at which at least GATE_PRECISION of all openings are right; the card keeps the table."""
+    import onnxruntime
+    import random
+
+    rows, passages, passage_of, top, _, val_idx = recipe.prepared(train_dir, random.Random(seed), validation)
+    card = json.loads((model_dir / "card.json").read_text())
+    tok = recipe.PairTokenizer(model_dir / "tokenizer.json", card["max_pieces"])
+    session = onnxruntime.InferenceSession(str(model_dir / "model.onnx"), providers=["CPUExecutionProvider"])
+    answerable, unanswerable = [], []  # (best probability, best is the answer)
+    for i in val_idx:
+        pos = passage_of[i]
+        pool = [int(p) for p in top[i] if passages[p] != passages[pos]][:19]
+        ids, seg, mask = tok.batch([rows[i]["query"]] * (len(pool) + 1), [passages[pos]] + [passages[p] for p in pool])
+        logits = session.run(None, {"input_ids": ids.numpy(), "token_type_ids": seg.numpy(), "attention_mask": mask.numpy()})[0]
+        probability = 1 / (1 + np.exp(-logits))
+        answerable.append((float(probability.max()), int(probability.argmax()) == 0))
+        unanswerable.append((float(probability[1:].max()), False))
+    table = []
+    for bar in [round(0.05 * i, 2) for i in range(1, 20)]:
+        opened = [right for p, right in answerable + unanswerable if p >= bar]
+        table.append({"threshold": bar, "answerable_opened": sum(p >= bar for p, _ in answerable) / len(answerable),
+                      "answerable_right": sum(r for p, r in answerable if p >= bar) / len(answerable),
+                      "lookalike_opened": sum(p >= bar for p, _ in unanswerable) / len(unanswerable),
+                      "precision": sum(opened) / len(opened) if opened else 1.0})
+    chosen = next((row["threshold"] for row in table if row["precision"] >= GATE_PRECISION), table[-1]["threshold"])
+    card.update({"threshold": chosen, "calibration": {"queries": len(val_idx), "gate_precision": GATE_PRECISION,
+                                                      "table": table}})
+    (model_dir / "card.json").write_text(json.dumps(card, indent=2) + "\n")
+    return card
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("checkpoint", type=Path)
@@ -103,9 +144,13 @@ def main() -> int:
     parser.add_argument("--max-pieces", type=int, default=192)
     parser.add_argument("--out", type=Path, default=PACKAGE_DIR)
     parser.add_argument("--figures", type=Path, help="the training run's figures.json, recorded in the card")
+    parser.add_argument("--train-dir", type=Path, default=recipe.TRAIN_DIR)
+    parser.add_argument("--seed", type=int, default=13, help="the training run's seed (its held-out queries)")
+    parser.add_argument("--validation", type=int, default=600)
     args = parser.parse_args()
     figures = json.loads(args.figures.read_text()) if args.figures else {}
-    print(json.dumps(export(args.checkpoint, args.layers, args.max_pieces, args.out, figures), indent=2))
+    export(args.checkpoint, args.layers, args.max_pieces, args.out, figures)
+    print(json.dumps(calibrate(args.out, args.train_dir, args.seed, args.validation), indent=2))
     return 0
 
 

@@ -307,13 +307,31 @@ def evaluate(model: CrossEncoder, tok: PairTokenizer, rows: list[dict], passages
             "negative_p_median": float(torch.sigmoid(torch.tensor(np.median(neg_arr))))}
 
 
+def prepared(train_dir: Path, rng: random.Random, validation: int):
+    """The pairs, their distinct passages, each pair's passage, BM25's top 20 for each query, and the
+    training and validation rows (whole pages and articles held out): the same for the same seed, so
+    export_reranker.py calibrates on the queries training never saw."""
+    rows = load_pairs(train_dir, rng)
+    groups = sorted({r["group"] for r in rows})
+    rng.shuffle(groups)
+    held = set(groups[:max(1, len(groups) // 40)])
+    passages = sorted({r["positive"] for r in rows})
+    index_of = {p: i for i, p in enumerate(passages)}
+    passage_of = [index_of[r["positive"]] for r in rows]
+    top = bm25_top([r["query"] for r in rows], passages, k=20)
+    train_idx = [i for i, r in enumerate(rows) if r["group"] not in held]
+    val_idx = [i for i, r in enumerate(rows) if r["group"] in held]
+    rng.shuffle(val_idx)
+    return rows, passages, passage_of, top, train_idx, val_idx[:validation]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--train-dir", type=Path, default=TRAIN_DIR)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--max-pieces", type=int, default=192)
-    parser.add_argument("--queries", type=int, default=40000, help="training queries seen (3 pairs each)")
+    parser.add_argument("--queries", type=int, default=32000, help="training queries seen (3 pairs each)")
     parser.add_argument("--batch", type=int, default=16, help="queries per step")
     parser.add_argument("--lr", type=float, default=7e-5)
     parser.add_argument("--seed", type=int, default=13)
@@ -321,6 +339,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--start-model", type=Path, help="the int8 all-MiniLM-L6-v2 export (default: the product's venv)")
     parser.add_argument("--tokenizer", type=Path, help="its tokenizer.json (default: the product's venv)")
+    parser.add_argument("--package-dir", type=Path, default=REPO / "hermes_kb" / "agent" / "knowledgebase" / "models" / "reranker",
+                        help="where the exported model goes (default: the package's)")
     args = parser.parse_args()
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
@@ -335,20 +355,8 @@ def main() -> int:
         log.flush()
 
     started = time.time()
-    rows = load_pairs(args.train_dir, rng)
-    groups = sorted({r["group"] for r in rows})
-    rng.shuffle(groups)
-    held = set(groups[:max(1, len(groups) // 40)])
-    passages = sorted({r["positive"] for r in rows})
-    index_of = {p: i for i, p in enumerate(passages)}
-    passage_of = [index_of[r["positive"]] for r in rows]
-    say(f"{len(rows)} pairs, {len(passages)} passages, {len(groups)} groups ({len(held)} held out)")
-    top = bm25_top([r["query"] for r in rows], passages, k=20)
-    say(f"BM25 negatives mined in {time.time() - started:.0f} s")
-    train_idx = [i for i, r in enumerate(rows) if r["group"] not in held]
-    val_idx = [i for i, r in enumerate(rows) if r["group"] in held]
-    rng.shuffle(val_idx)
-    val_idx = val_idx[:args.validation]
+    rows, passages, passage_of, top, train_idx, val_idx = prepared(args.train_dir, rng, args.validation)
+    say(f"{len(rows)} pairs, {len(passages)} passages; BM25 negatives mined in {time.time() - started:.0f} s")
     train_rows = [rows[i] for i in train_idx]
     data = triples(train_rows, passages, [passage_of[i] for i in train_idx], top[train_idx], rng)
     rng.shuffle(data)
@@ -396,6 +404,11 @@ def main() -> int:
                     "torch": torch.__version__, "threads": args.threads})
     say(f"validation: {json.dumps(figures)}")
     (args.out / "figures.json").write_text(json.dumps(figures, indent=2))
+    import export_reranker
+
+    card = export_reranker.export(args.out / "model.pt", args.layers, args.max_pieces, args.package_dir, figures)
+    card = export_reranker.calibrate(args.package_dir, args.train_dir, args.seed, args.validation)
+    say(f"exported to {args.package_dir}: {json.dumps(card)}")
     return 0
 
 
