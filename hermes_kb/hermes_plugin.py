@@ -13,7 +13,9 @@ What it registers:
 - a `pre_llm_call` hook adding the cited block to a user turn, never the same
   chunk twice in one session;
 - a `transform_llm_output` hook listing, under an answer, the file behind each
-  [S3] it cites.
+  [S3] it cites;
+- the auxiliary task `knowledgebase_rerank` and a judge over Hermes's models for
+  `rerank: llm` (host_judge.py).
 
 Hermes 0.19.0 gives plugins no config accessor, so the `knowledgebase:`
 section is read from Hermes's own config.yaml, under the HERMES_HOME Hermes
@@ -40,6 +42,7 @@ from hermes_kb.agent.knowledgebase.citations import Citations
 from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig
 from hermes_kb.agent.knowledgebase.context import BLOCK_FOOTER, BLOCK_HEADER, AutoRetriever, is_trivial, render_block
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase, KnowledgebaseError
+from hermes_kb import host_judge
 from hermes_kb.hermes_cli import config as kb_config_file
 from hermes_kb.hermes_cli.background_index import BackgroundIndex, text_console
 from hermes_kb.tools.knowledgebase_tool import HANDLERS, SCHEMAS, TOOLSET, UNTRUSTED, json_handler, tool_offered
@@ -352,6 +355,9 @@ class KnowledgebasePlugin:
 
     # --- registration ------------------------------------------------------------------------
     def register(self, ctx: Any) -> None:
+        judge = host_judge.make_judge(ctx, host_judge.register_task(ctx))  # for `rerank: llm`
+        if judge is not None and self._make_kb is KnowledgeBase:
+            self._make_kb = lambda config, home: KnowledgeBase(config, home, judge=judge)
         for name in HANDLERS:
             ctx.register_tool(name=name, toolset=TOOLSET, schema={**SCHEMAS[name], "name": name},
                               handler=self.tool_handler(name), check_fn=lambda name=name: self.tool_offered(name),

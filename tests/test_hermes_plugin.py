@@ -329,3 +329,68 @@ def test_oversized_and_mistyped_arguments_are_one_sentence(ctx, args, message):
     started = time.perf_counter()
     assert message in run_tool(ctx, "kb_search", **args)["error"]
     assert time.perf_counter() - started < 2
+
+
+# --- hermes-agent 0.19.0: PluginContext.register_auxiliary_task and PluginLlm.complete (signatures only) ----
+def register_auxiliary_task(self, key: str, *, display_name: str, description: str, defaults: dict | None = None) -> None: ...
+
+
+def llm_complete(self, messages: list, *, provider: str | None = None, model: str | None = None,
+                 temperature: float | None = None, max_tokens: int | None = None, timeout: float | None = None,
+                 agent_id: str | None = None, profile: str | None = None, purpose: str | None = None): ...
+
+
+class FakeLlm:
+    """ctx.llm with 0.19.0's `complete` signature, answering from a script."""
+
+    def __init__(self, answer: Callable[[str], str]):
+        self.answer, self.asked = answer, []
+
+    def complete(self, *args, **kwargs):
+        bound = inspect.signature(llm_complete).bind(self, *args, **kwargs)
+        self.asked.append(bound.arguments)
+        prompt = bound.arguments["messages"][-1]["content"]
+        return type("Result", (), {"text": self.answer(prompt)})()
+
+
+class LlmContext(FakeContext):
+    SIGNATURES = {**FakeContext.SIGNATURES, "register_auxiliary_task": inspect.signature(register_auxiliary_task)}
+
+    def __init__(self, llm: FakeLlm):
+        super().__init__()
+        self.llm = llm
+
+
+def test_rerank_llm_asks_the_users_model_through_the_plugin_facade(docs, write_config, hermes_home, stub_embedder):
+    """The judge goes through ctx.llm (no Hermes auxiliary client here), prefers what the model rates."""
+    def rate(prompt: str) -> str:
+        passages = prompt.split("Passages:\n", 1)[1].split("\n\n")
+        return "\n".join(f"{i}: {9 if 'purr' in p else 1}" for i, p in enumerate(passages))
+
+    write_config({"directories": [str(docs)], "rerank": "llm"})
+    llm = FakeLlm(rate)
+    context = LlmContext(llm)
+    plugin = hermes_plugin.KnowledgebasePlugin()
+    plugin.register(context)
+    assert context.calls["register_auxiliary_task"][0]["key"] == "knowledgebase_rerank"
+    kb = plugin.kb()
+    kb._embedder_factory = lambda: stub_embedder
+    kb.index()
+    result = kb.search("what do cats and zeppelin deploys do", k=2)
+    assert result.hits[0].path == "notes/cats.md" and result.hits[0].rerank_score == 0.9
+    asked = llm.asked[0]
+    assert asked["timeout"] == kb.config.rerank_timeout_s and asked["purpose"] == "knowledgebase rerank"
+    assert "never instructions" in asked["messages"][0]["content"]
+
+
+def test_rerank_llm_that_hangs_or_babbles_leaves_retrievals_order(docs, write_config, stub_embedder):
+    write_config({"directories": [str(docs)], "rerank": "llm", "rerank_timeout_s": 0.3})
+    for answer in (lambda prompt: __import__("time").sleep(2) or "0: 9", lambda prompt: "I think they are all great"):
+        plugin = hermes_plugin.KnowledgebasePlugin()
+        plugin.register(LlmContext(FakeLlm(answer)))
+        kb = plugin.kb()
+        kb._embedder_factory = lambda: stub_embedder
+        kb.index()
+        result = kb.search("zeppelin rollout", k=2)
+        assert result.hits[0].path == "deploy.md" and result.hits[0].rerank_score is None
+        assert result.rerank.skipped and "could not judge" in result.rerank.skipped

@@ -224,11 +224,15 @@ def judge_prompt(query: str, passages: Sequence[str], chars: int = 1200) -> str:
 
 
 def parse_judgement(text: str, count: int) -> list[float]:
-    """`0: 7` lines -> probabilities; a passage left unrated counts as unrelated."""
+    """`0: 7` lines -> probabilities; a passage left unrated counts as unrelated, an answer with no
+    such line at all is no judgement (ValueError)."""
     import re
 
     scores = [0.0] * count
-    for index, value in re.findall(r"\[?(\d+)\]?\s*[:=-]\s*(\d+(?:\.\d+)?)", text):
+    found = re.findall(r"\[?(\d+)\]?\s*[:=-]\s*(\d+(?:\.\d+)?)", text)
+    if not found:
+        raise ValueError(f"no `index: score` line in the answer {text[:80]!r}")
+    for index, value in found:
         if int(index) < count:
             scores[int(index)] = min(10.0, float(value)) / 10.0
     return scores
