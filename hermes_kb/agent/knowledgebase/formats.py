@@ -25,8 +25,11 @@ import csv
 import io
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING
+
+import defusedxml
+from defusedxml import ElementTree as defused_tree
 
 if TYPE_CHECKING:  # the email package loads with the first message: ~20 ms every command would pay
     from email.message import EmailMessage
@@ -404,14 +407,26 @@ def _sheet_sections(sheets: Iterable[tuple[str, Iterable[list[str]]]]) -> list[s
     return sections
 
 
+def _sheet_rows(sheet) -> Iterator[list[str]]:
+    """A read-only sheet's rows as cell texts, trailing empty cells trimmed. The sheet's declared
+    dimension is not trusted: openpyxl pads every row to it (`A1:XFD10000` made each one-cell row
+    16,384 cells, 491 M characters from 80 KB), so rows come as the file holds them, and a run of
+    missing rows (a lone cell in row 1,048,576) is never materialised."""
+    sheet.reset_dimensions()
+    for row in sheet.iter_rows(values_only=True):
+        cells = [_cell("" if value is None else str(value)) for value in row]
+        while cells and not cells[-1]:
+            cells.pop()
+        if cells:
+            yield cells
+
+
 def _xlsx(data: bytes, kind: str) -> Document:
     openpyxl = _library("openpyxl", "Excel")
     check_archive(data)
     try:
         book = openpyxl.load_workbook(io.BytesIO(data), read_only=True, data_only=True)
-        sheets = _sheet_sections((sheet.title, ([_cell("" if value is None else str(value)) for value in row]
-                                                for row in sheet.iter_rows(values_only=True)))
-                                 for sheet in book.worksheets)
+        sheets = _sheet_sections((sheet.title, _sheet_rows(sheet)) for sheet in book.worksheets)
         book.close()
     except LoadError:
         raise
@@ -428,7 +443,7 @@ def _epub(data: bytes, kind: str) -> Document:
         book = epub.read_epub(io.BytesIO(data), options={"ignore_ncx": True})
         by_id = {item.get_id(): item for item in book.get_items_of_type(ebooklib.ITEM_DOCUMENT)}
         chapters = []
-        for item_id, _ in book.spine:
+        for item_id in dict.fromkeys(item_id for item_id, _ in book.spine):  # each chapter once, however often listed
             item = by_id.get(item_id)
             if item is None:
                 continue
@@ -466,11 +481,13 @@ def _odf_body(data: bytes, what: str, part: str):
     try:
         with zipfile.ZipFile(io.BytesIO(data)) as archive:
             content = archive.read("content.xml")
-        if b"<!DOCTYPE" in content[:4096] or b"<!ENTITY" in content:
-            raise LoadError(f"{what} declares XML entities, which OpenDocument never does; not read")
-        body = ElementTree.fromstring(content).find(f"{_odf('office', 'body')}/{_odf('office', part)}")
+        # defusedxml refuses a DTD from expat's own handler, after decoding, whatever the encoding (a
+        # byte search missed a UTF-16 `<!ENTITY`, and expat expanded 28 KB into 600 M characters).
+        body = defused_tree.fromstring(content, forbid_dtd=True).find(f"{_odf('office', 'body')}/{_odf('office', part)}")
     except LoadError:
         raise
+    except defusedxml.DefusedXmlException:
+        raise LoadError(f"{what} declares a DTD or XML entities, which OpenDocument never does; not read") from None
     except (KeyError, zipfile.BadZipFile, ElementTree.ParseError, ValueError, OSError, EOFError, zlib.error,
             NotImplementedError, RuntimeError) as exc:  # RuntimeError: an encrypted entry
         raise LoadError(f"unreadable {what} ({exc})") from None

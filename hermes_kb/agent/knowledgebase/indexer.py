@@ -37,6 +37,7 @@ from .config import DirectoryConfig, KnowledgebaseConfig
 from .embeddings import Embedder, EmbeddingError, ModelMismatchError, cosine_baseline, mismatch_message
 from .file_access import read_inside
 from . import ocr as ocr_engine
+from .extraction import Extractor
 from .ocr import Ocr
 from .scanner import ScannedFile, scan
 from .store import FileRefused, FileRow, IndexStore, StoreError, index_files
@@ -139,6 +140,7 @@ class _Run:
                  embedder_factory: Callable[[], Embedder], progress: Progress, full: bool, only: set[str] | None,
                  ocr: Ocr | None = None):
         self.directory, self.config, self.store, self.ocr = directory, config, store, ocr
+        self.extractor = Extractor()  # its worker process starts with the first file of a parsed format
         self.embedder_factory, self.progress, self.full, self.only = embedder_factory, progress, full, only
         self.embedder: Embedder | None = None
         self.baseline_due = False  # pinned to a model this run: its cosine baseline is measured at the end
@@ -285,14 +287,14 @@ class _Run:
             self.progress.advance(files=1, chunked_bytes=file.size)
             return True
         # The readers load with the first file to read: a rescan that finds nothing changed never needs them.
-        from .loaders import LoadError, load, needs_ocr
+        from .loaders import LoadError, needs_ocr
         from .secret_scan import redact
 
         if defer_ocr and needs_ocr(data, file.kind):
             return False
         try:
             ocr = replace(self.ocr, on_page=OcrReport(self.progress, file.rel_path)) if self.ocr else None
-            document = load(data, file.kind, ocr)
+            document = self.extractor.load(data, file.kind, ocr)  # under the per-file budget
             if document.left_out:
                 self.summary.partly_read.append((file.rel_path, document.left_out))
             if not self.rules.allows_secrets(file.rel_path):
@@ -411,6 +413,7 @@ class _Run:
                                        f"{name} search stays correct but uses the slower {fallback}.")
         finally:
             self.stop_model_thread()
+            self.extractor.close()
             if self.ocr is not None:
                 self.ocr.close()
             self.progress.finish()

@@ -157,6 +157,9 @@ _OWN = (
     Detector("HuggingFace Token", re2.compile(r"\b(?:hf|api_org)_[A-Za-z0-9]{30,}")),
     Detector("Stripe Key", re2.compile(r"\b(?:sk|rk)_(?:live|test)_[0-9A-Za-z]{16,}")),
     Detector("GitHub Token", re2.compile(r"\bgithub_pat_[A-Za-z0-9_]{30,}")),
+    # npm's granular and classic tokens standing alone (detect-secrets' NpmDetector needs an .npmrc line);
+    # `npm_config_*` variables and package names hold underscores or are shorter, so they stay.
+    Detector("NPM Token", re2.compile(r"\bnpm_[A-Za-z0-9]{36}\b")),
     Detector("Vault Token", re2.compile(r"\bhv[sbr]\.[A-Za-z0-9_\-]{24,}")),
     Detector("DigitalOcean Token", re2.compile(r"\bdo[opr]_v1_[a-f0-9]{64}")),
     Detector("Shopify Token", re2.compile(r"\bshp(?:at|ca|pa|ss)_[a-fA-F0-9]{32}")),
