@@ -77,8 +77,8 @@ def test_pictures_and_scans_come_last_and_are_announced(tree, make_kb):
 
 def test_a_page_is_recognised_once_whatever_the_file_is_called(tree, make_kb, monkeypatch):
     calls = []
-    real = ocr._rendering  # what a page sent to an OCR worker is made of
-    monkeypatch.setattr(ocr, "_rendering", lambda page: calls.append(1) or real(page))
+    real = ocr.WorkerPool.schedule  # a page sent to an OCR worker
+    monkeypatch.setattr(ocr.WorkerPool, "schedule", lambda pool, *args: calls.append(1) or real(pool, *args))
     root = tree({"a.pdf": scanned_pdf(INVOICE)})
     kb = make_kb(root)
     kb.index()
@@ -308,3 +308,36 @@ def test_a_long_scan_keeps_few_pages_waiting_and_gives_up_on_pages_that_never_fi
     assert all(isinstance(page, str) for page in read)
     assert len(waiting) - sent_before <= ocr.GIVE_UP_AFTER + 2 * engine.pool.workers  # not 24 pages of waiting
     assert read[-1] == f"not tried: OCR gave up on {ocr.GIVE_UP_AFTER} pages in a row"
+
+
+def rearranged_in_blocks(pixmap: pymupdf.Pixmap, block: int = 8) -> pymupdf.Pixmap:
+    """The probe's recipe: every aligned block's pixels reversed, so any rendering that averages whole
+    blocks (a 24-dpi key of a 192-dpi picture) is unchanged while the text is destroyed."""
+    gray = pymupdf.Pixmap(pymupdf.csGRAY, pixmap)
+    width, height, samples = gray.width, gray.height, bytearray(gray.samples)
+    for top in range(0, height - height % block, block):
+        for left in range(0, width - width % block, block):
+            cells = [(top + y) * width + left + x for y in range(block) for x in range(block)]
+            values = [samples[i] for i in cells]
+            for i, value in zip(cells, reversed(values)):
+                samples[i] = value
+    return pymupdf.Pixmap(pymupdf.csGRAY, width, height, bytes(samples), False)
+
+
+def test_a_picture_crafted_to_collide_at_low_resolution_gets_its_own_text(tree, make_kb, hermes_home):
+    private = picture(["VAULT CODE 7741 OPENS THE DOOR"], dpi=192)
+    crafted = rearranged_in_blocks(private)
+    # One pixel a little darker: invisible in any averaged rendering (the old key), another key now.
+    nudged = pymupdf.Pixmap(pymupdf.csGRAY, private)
+    nudged.set_pixel(5, 5, (250,))
+    engine = ocr.engine(hermes_home / "knowledgebase" / "ocr-cache")
+    pages = [pymupdf.open(stream=p.tobytes("png"))[0] for p in (private, crafted, nudged)]
+    keys = {engine.key(ocr._rendering(page)) for page in pages}
+    assert len(keys) == 3
+    # Whichever is indexed first, in two folders under one home, each gets its own text.
+    public = make_kb(tree({"crafted.png": crafted.tobytes("png")}, root=hermes_home.parent / "public"))
+    public.index()
+    vault = make_kb(tree({"private.png": private.tobytes("png")}, root=hermes_home.parent / "vault"))
+    vault.index()
+    assert [h.path for h in vault.search("VAULT CODE 7741", mode="keyword", directory="vault").hits] == ["private.png"]
+    assert not public.search("VAULT CODE 7741", mode="keyword", directory="public").hits

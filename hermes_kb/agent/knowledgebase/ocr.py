@@ -38,13 +38,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
-ENGINE_VERSION = 1  # part of every cache key: a change of how pages are recognised redoes them
+ENGINE_VERSION = 2  # part of every cache key: a change of how pages are recognised (or keyed) redoes them
 DPI = 300  # Tesseract's own advice for printed text; 150 dpi was 1.5x faster and slightly worse
 MAX_PAGE_PIXELS = 40_000_000  # a page is rendered at most this large (an A4 page at 300 dpi is 8.7M)
 MAX_IMAGE_PIXELS = 100_000_000  # a picture declaring more is refused unread: a decompression bomb
 SMALL_PICTURE_PIXELS = 4_000_000  # a picture file smaller than this is read at twice its pixels (screenshots)
 MIN_TEXT_CHARS = 20  # a PDF page with less text than this and a picture on it is recognised
-KEY_DPI = 24  # the rendering a page's cache key is hashed from
 WORKERS = 2  # OCR processes at most by default (one per core, fewer on fewer cores)
 PAGE_SECONDS_CAP = 120  # a page still unread after this is given up (a normal page takes 2-5 s)
 # Pages in a row that OCR gave up on (time cap) before the rest of the file is not tried: a scan of
@@ -146,11 +145,12 @@ class Ocr:
         """Stops the worker processes (a later page starts them again)."""
         self.pool.close()
 
-    def key(self, page) -> str:
-        """The page's cache key: its look, not its file, so a duplicate page anywhere is found."""
-        pixels = page.get_pixmap(dpi=KEY_DPI, colorspace="gray", alpha=False)
-        digest = hashlib.blake2b(pixels.samples, digest_size=16)
-        digest.update(f"{pixels.width}x{pixels.height}:{self.language}:{DPI}:{self.reader}:{ENGINE_VERSION}".encode())
+    def key(self, picture: Picture) -> str:
+        """The page's cache key: the very pixels OCR reads (its look, not its file, so a duplicate page
+        anywhere is found), with the engine, language and resolution. A coarser rendering let a picture
+        crafted to look the same at 24 dpi (pixels rearranged inside 8x8 blocks) take another's text."""
+        digest = hashlib.blake2b(picture.samples, digest_size=32)
+        digest.update(f"{picture.width}x{picture.height}@{picture.dpi}:{self.language}:{self.reader}:{ENGINE_VERSION}".encode())
         return digest.hexdigest()
 
     def recall(self, key: str):
@@ -179,9 +179,10 @@ class Ocr:
         already started), so that read finds it under way."""
         if oversized_image(page):
             return
-        key = self.key(page)
+        picture = _rendering(page)
+        key = self.key(picture)
         if key not in self.pool.ahead and self.recall(key) is None:
-            self.pool.ahead[key] = self.pool.schedule(_rendering(page), self.reader, self.language, str(self.tessdata),
+            self.pool.ahead[key] = self.pool.schedule(picture, self.reader, self.language, str(self.tessdata),
                                                       blocks_of, WORKER_MEMORY_BYTES)
 
     def read(self, pages: Iterable, blocks_of: Callable, total: int = 0) -> Iterator[list | str]:
@@ -208,12 +209,13 @@ class Ocr:
         pending: deque = deque()
         for page in pages:
             too_large = oversized_image(page)
-            key = "" if too_large else self.key(page)
+            picture = None if too_large else _rendering(page)
+            key = "" if picture is None else self.key(picture)
             kept = f"{NOT_READ} {too_large}" if too_large else self.pool.ahead.pop(key, None) or self.recall(key)
             if kept is None and given_up():
                 kept = f"not tried: {GAVE_UP} {GIVE_UP_AFTER} pages in a row"
             if kept is None:
-                kept = self.pool.schedule(_rendering(page), self.reader, self.language, str(self.tessdata), blocks_of,
+                kept = self.pool.schedule(picture, self.reader, self.language, str(self.tessdata), blocks_of,
                                           WORKER_MEMORY_BYTES)
             pending.append((key, kept))
             while len(pending) > 2 * self.pool.workers or (pending and not isinstance(pending[0][1], concurrent.futures.Future)):
