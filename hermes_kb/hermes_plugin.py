@@ -241,7 +241,8 @@ class KnowledgebasePlugin:
             console.print("Nothing is asked inside a slash command: add --yes to clear, e.g. /kb clear NAME --yes",
                           markup=False)
             return False
-        options = {"confirm": refuse, "watch_hint": HERMES_WATCH_HINT}
+        # The run gets the line as it was judged (member_refusal resolves a folder to its index's name).
+        options = {"confirm": refuse, "watch_hint": HERMES_WATCH_HINT, "parsed": args}
         verb = args.verb if args is not None else None
         if verb == "index":
             return self.background.start(

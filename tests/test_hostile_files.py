@@ -4,6 +4,7 @@ one per-file budget, and each amplification fixed at its cause."""
 from __future__ import annotations
 
 import io
+import json
 import time
 import zipfile
 
@@ -145,3 +146,59 @@ def test_a_standalone_npm_token_is_redacted_and_its_look_alikes_stay():
     redacted = redact(text)
     assert token not in redacted.text and redacted.found == ("NPM Token",)
     assert "npm_config_registry" in redacted.text and "npm_package_name" in redacted.text
+
+
+# --- resolve once: a link swapped between the check and the run names nothing new -------------------
+
+@pytest.fixture
+def swapped_link(tree, tmp_path, monkeypatch):
+    """An indexed folder reached through a link, and a hook that repoints the link at an unindexed
+    private folder right after the check has resolved it (the race, made deterministic)."""
+    from hermes_kb.agent.knowledgebase.service import KnowledgeBase
+
+    public = tree({"plan.md": "# Plan\n\nThe zeppelin launch is on Friday.\n"}, root=tmp_path / "public")
+    private = tree({"diary.md": "# Diary\n\nThe vault code is PINEAPPLE-42.\n"}, root=tmp_path / "private")
+    link = tmp_path / "link"
+    link.symlink_to(public)
+    checked = KnowledgeBase.indexed_target
+
+    def check_then_swap(self, target):
+        found = checked(self, target)
+        if link.resolve() == public:
+            link.unlink()
+            link.symlink_to(private)
+        return found
+
+    monkeypatch.setattr(KnowledgeBase, "indexed_target", check_then_swap)
+    return link, public, private
+
+
+def test_a_gateway_members_index_runs_on_the_folder_the_check_judged(swapped_link, write_config, stub_embedder):
+    from hermes_kb import hermes_plugin
+    from hermes_kb.agent.knowledgebase.service import KnowledgeBase
+
+    link, public, private = swapped_link
+    write_config({"directories": [{"path": str(public), "name": "public"}]})
+    plugin = hermes_plugin.KnowledgebasePlugin(
+        make_kb=lambda config, home: KnowledgeBase(config, home, embedder_factory=lambda: stub_embedder))
+    plugin.kb().index()
+    plugin.run_slash(f"index {link}", member=True, announce=None)
+    assert plugin.background.wait(60)
+    kb = plugin.kb()
+    assert [d.name for d in kb.known_directories()] == ["public"]
+    assert not kb.search("PINEAPPLE-42", mode="keyword").hits
+
+
+def test_the_kb_index_tool_runs_on_the_folder_the_check_judged(swapped_link, make_kb):
+    from hermes_kb.tools.knowledgebase_tool import register_knowledgebase_tools
+    from hermes_kb.tools.registry import ToolRegistry
+
+    link, public, private = swapped_link
+    kb = make_kb(public)
+    kb.index()
+    registry = ToolRegistry()
+    register_knowledgebase_tools(registry, lambda: kb, lambda: kb.config)
+    result = json.loads(registry.dispatch("kb_index", {"directory": str(link)}))
+    assert result[0]["directory"] == "public"
+    assert [d.name for d in kb.known_directories()] == ["public"]
+    assert not kb.search("PINEAPPLE-42", mode="keyword").hits

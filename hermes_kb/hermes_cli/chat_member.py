@@ -27,7 +27,13 @@ def _only_indexed(verb: str, what: str, field: str) -> Callable[[object, Knowled
     neither read (status would scan it) nor made searchable (index would add it)."""
     def rule(args, kb: KnowledgeBase) -> str | None:
         target = getattr(args, field)
-        if target is None or kb.indexed_target(target) is not None:
+        if target is None:
+            return None
+        directory = kb.indexed_target(target)
+        if directory is not None:
+            # Resolved once: the run gets the name this check found (names win over paths), never the
+            # member's string to resolve again, where a link swapped in between would name another folder.
+            setattr(args, field, directory.name)
             return None
         return (f"In a gateway chat, /kb {verb} {what} folders already indexed, and {target!r} is not one of "
                 f"them (/kb status lists them).")

@@ -498,12 +498,14 @@ def _with_dash_hint(message: str, argv: list[str], parser: argparse.ArgumentPars
 
 def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
            confirm: Callable[[str], bool] = confirm_at_terminal, prog: str = "hermes kb", foreground: bool = True,
-           progress: Callable[[], Progress] | None = None, watch_hint: str = CHAT_WATCH_HINT) -> int:
+           progress: Callable[[], Progress] | None = None, watch_hint: str = CHAT_WATCH_HINT,
+           parsed: argparse.Namespace | None = None) -> int:
     """Parse and run one kb verb; every user error becomes one sentence and exit code 1 (2 for usage).
-    `progress` makes an index run's progress display (default: one that suits err)."""
+    `progress` makes an index run's progress display (default: one that suits err). `parsed`: the line
+    as a host already parsed and judged it (parse_slash), run as it was judged, never read again."""
     parser = build_parser(prog)
     try:
-        args = parser.parse_args(argv)
+        args = parsed if parsed is not None else parser.parse_args(argv)
     except HelpRequested as shown:
         out.print(safe(str(shown)), highlight=False)
         return 0

@@ -137,12 +137,17 @@ def _read(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Ci
 
 def _index(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Citations | None) -> list:
     target = args.get("directory") or None  # "" would otherwise name the working directory
-    if target is not None and kb.indexed_target(target) is None:
-        folder = kb.config.ad_hoc(target).path  # an error sentence if it is no folder at all
-        permissions.require(INDEX_NEW_FOLDER, f"The model asks to index {folder}, a folder you have not indexed; "
-                                              f"its files would become searchable in this chat. Allow? [y/N] ",
-                            f"kb_index may only refresh folders the user has indexed, and {folder} is not one.")
-    return [s.to_dict() for s in kb.index(target)]
+    if target is None:
+        return [s.to_dict() for s in kb.index()]
+    # Resolved once: the run indexes the directory this check judged, never the string read again (a
+    # link swapped between the two would index a folder nobody allowed).
+    directory = kb.indexed_target(target)
+    if directory is None:
+        directory = kb.config.ad_hoc(target, taken={d.name for d in kb.known_directories()})  # one sentence if no folder
+        permissions.require(INDEX_NEW_FOLDER, f"The model asks to index {directory.path}, a folder you have not "
+                                              f"indexed; its files would become searchable in this chat. Allow? [y/N] ",
+                            f"kb_index may only refresh folders the user has indexed, and {directory.path} is not one.")
+    return [kb.index_one(directory).to_dict()]
 
 
 def _status(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Citations | None) -> list:
