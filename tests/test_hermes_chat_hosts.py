@@ -50,7 +50,7 @@ def embedder(stub_embedder):
 
 @pytest.fixture
 def plugin(embedder, docs, write_config):
-    write_config({"directories": [{"path": str(docs), "name": "docs"}], "relevance_threshold": 0.0})
+    write_config({"directories": [{"path": str(docs), "name": "docs"}], "relevance_threshold": 0.0, "rerank": "off"})
     plugin = hermes_plugin.KnowledgebasePlugin(
         make_kb=lambda config, home: KnowledgeBase(config, home, embedder_factory=lambda: embedder))
     plugin.kb().index()
@@ -334,7 +334,7 @@ def test_an_answer_lists_the_files_behind_its_ids(plugin, docs):
 
 def test_watch_for_changes_keeps_indexes_fresh_inside_hermes(plugin, docs, write_config):
     write_config({"directories": [{"path": str(docs), "name": "docs"}], "watch_for_changes": True,
-                  "watch_debounce_s": 0.1, "relevance_threshold": 0.0})
+                  "watch_debounce_s": 0.1, "relevance_threshold": 0.0, "rerank": "off"})
     kb = plugin.kb()  # the section changed: a new knowledgebase, watched
     try:
         time.sleep(0.5)  # the watcher's start-up

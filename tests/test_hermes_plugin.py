@@ -102,7 +102,7 @@ def store(request) -> dict:
 
 @pytest.fixture
 def ctx(plugin, docs, write_config, store):
-    write_config({"directories": [str(docs)], "relevance_threshold": 0.0, **store})
+    write_config({"directories": [str(docs)], "relevance_threshold": 0.0, "rerank": "off", **store})
     plugin.kb().index()
     context = FakeContext()
     plugin.register(context)
