@@ -425,3 +425,41 @@ def test_a_client_that_never_reads_stdout_stops_being_read_instead_of_growing_th
         process.kill()
         process.wait()
         stderr.close()
+
+
+@pytest.mark.integration
+def test_requests_whose_id_the_sdk_never_answers_hold_no_slot(tree, hermes_home, write_config, tmp_path):
+    """`"id": true` or `1.5`: the SDK drops them unanswered; a dozen of them must not stop the server reading."""
+    write_config({"directories": [str(tree({"a.md": "# A\n\nsome text\n"}))]})
+    stderr = open(tmp_path / "stderr.txt", "w+")
+    process = subprocess.Popen([*HERMES, "kb", "mcp"], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=stderr, text=True, cwd=REPO, env=_env(hermes_home))
+    try:
+        def send(message: dict) -> None:
+            process.stdin.write(json.dumps({"jsonrpc": "2.0", **message}) + "\n")
+            process.stdin.flush()
+
+        send({"id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "raw", "version": "0"}}})
+        assert json.loads(process.stdout.readline())["id"] == 0
+        send({"method": "notifications/initialized"})
+        for odd in [True, 1.5, {"x": 1}] * 4:
+            send({"id": odd, "method": "tools/list"})
+        send({"id": "last", "method": "tools/list"})
+        answers: list[dict] = []
+
+        def read() -> None:
+            for line in process.stdout:
+                answers.append(json.loads(line))
+                if answers[-1].get("id") == "last":
+                    return
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        reader.join(timeout=30)
+        assert answers and answers[-1].get("id") == "last", "the server stopped reading its requests"
+        assert "tools" in answers[-1]["result"]
+    finally:
+        process.kill()
+        process.wait()
+        stderr.close()

@@ -49,6 +49,15 @@ def _load_model(kb: KnowledgeBase) -> None:
 MAX_IN_FLIGHT = 8  # requests read but not yet answered on stdout
 
 
+def _answerable_id(value: object) -> bool:
+    """An id the SDK answers: a string or a whole number. It drops a request whose id is `true`, `1.5`
+    or an object unanswered, so counting one would hold a slot for ever (8 of them stopped the server
+    reading stdin)."""
+    if isinstance(value, bool):
+        return False
+    return isinstance(value, (str, int)) or (isinstance(value, float) and value.is_integer())
+
+
 class InFlight:
     """Backpressure: no further line is read from stdin while MAX_IN_FLIGHT requests wait for their
     answers to be written. A client that sends without reading stdout (its pipe full, our writes
@@ -66,7 +75,7 @@ class InFlight:
             message = json.loads(line)
         except ValueError:
             return False  # the SDK answers a parse error without an id; nothing waits on it
-        return isinstance(message, dict) and "method" in message and message.get("id") is not None
+        return isinstance(message, dict) and "method" in message and _answerable_id(message.get("id"))
 
     async def admit(self, line: str) -> None:
         if self.is_request(line):
