@@ -32,7 +32,7 @@ from mcp.shared.exceptions import McpError
 from hermes_kb.agent.knowledgebase.citations import Citations
 from hermes_kb.agent.knowledgebase.context import QUOTE, quote_document
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
-from hermes_kb.tools.knowledgebase_tool import ANNOTATIONS, SCHEMAS, TOOL_ERRORS, run_tool
+from hermes_kb.tools.knowledgebase_tool import ANNOTATIONS, MAX_TEXT_ARGUMENT, SCHEMAS, TOOL_ERRORS, run_tool
 from hermes_kb.tools.permissions import Permissions
 from hermes_kb.tools.registry import argument_problem
 
@@ -57,6 +57,9 @@ def file_uri(directory: str, path: str) -> str:
 def parse_uri(uri: str) -> tuple[str, str]:
     """(directory, path) of a kb:// URI; ValueError when it is not one."""
     prefix = f"{SCHEME}://"
+    if len(uri) > MAX_TEXT_ARGUMENT:
+        raise ValueError(f"The resource URI is {len(uri):,} characters long; at most {MAX_TEXT_ARGUMENT:,} are read, "
+                         f"as for a tool's arguments.")
     if not uri.startswith(prefix) or "/" not in uri[len(prefix):]:
         raise ValueError(f"{uri} is not a {URI_TEMPLATE} URI.")
     directory, path = uri[len(prefix):].split("/", 1)

@@ -224,6 +224,10 @@ class IgnoreRules:
         return self._chains[rel_dir]
 
     def ignored(self, rel_path: str, is_dir: bool) -> bool:
+        return self._judged(rel_path, is_dir, self._specs_above(rel_path.rpartition("/")[0]))
+
+    def _judged(self, rel_path: str, is_dir: bool, chain: list[tuple[int, pathspec.GitIgnoreSpec]]) -> bool:
+        """`rel_path` under the fixed rules and the .gitignore files of `chain` (those above it)."""
         if not is_utf8(rel_path):
             return True
         probe = rel_path + "/" if is_dir else rel_path
@@ -233,7 +237,7 @@ class IgnoreRules:
             if self._secret.match_file(probe) and not self._allowed_secrets.match_file(probe):
                 return True
         verdict = None
-        for offset, spec in self._specs_above(rel_path.rpartition("/")[0]):
+        for offset, spec in chain:
             result = spec.check_file(probe[offset:])
             if result.include is not None:
                 verdict = result.include
@@ -243,10 +247,25 @@ class IgnoreRules:
         return is_utf8(rel_path) and self._allowed_secrets.match_file(rel_path)
 
     def excluded(self, rel_path: str) -> bool:
-        """Whether a scan would leave this file out by rule: the file or any folder above it is ignored."""
+        """Whether a scan would leave this file out by rule: the file or any folder above it is ignored.
+
+        One walk down the path, the .gitignore chain grown as it goes and read only from folders that
+        exist: judging each prefix afresh read every folder's chain again (cubic: a 4 KB kb_read path
+        took 14 s, a 6 KB resource URI 48 s)."""
         parts = rel_path.split("/")
-        return any(self.ignored("/".join(parts[:depth]), True) for depth in range(1, len(parts))) \
-            or self.ignored(rel_path, False)
+        chain: list[tuple[int, pathspec.GitIgnoreSpec]] = []
+        prefix, exists = "", True
+        for depth, part in enumerate(parts):
+            parent, prefix = prefix, f"{prefix}/{part}" if prefix else part
+            if exists:
+                spec = self._gitignore(parent)
+                if spec is not None:
+                    chain.append((len(parent) + 1 if parent else 0, spec))
+            is_dir = depth < len(parts) - 1
+            if self._judged(prefix, is_dir, chain):
+                return True
+            exists = exists and is_dir and (self.root / prefix).is_dir()
+        return False
 
 
 @dataclass
