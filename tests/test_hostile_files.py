@@ -221,3 +221,16 @@ def test_a_deep_made_up_path_is_judged_in_one_walk(tree, make_kb):
         kb.read(deep)
     with pytest.raises(ValueError, match="at most 8,000"):
         parse_uri("kb://docs/" + "b/" * 6000)
+
+
+def test_clear_during_a_run_of_the_same_folder_is_refused_and_loses_nothing(tree, make_kb):
+    from hermes_kb.agent.knowledgebase.service import KnowledgebaseError
+
+    kb = make_kb(tree({"a.md": "# A\n\nthe zeppelin manual\n"}))
+    kb.index()
+    directory = kb.known_directories()[0]
+    with kb.backend.writer_lock(kb.index_path(directory), directory.name):  # a run under way
+        with pytest.raises(KnowledgebaseError, match="being indexed right now; nothing was cleared"):
+            kb.clear(directory.name)
+    assert kb.search("zeppelin", mode="keyword").hits
+    assert kb.clear(directory.name) == [directory.name]

@@ -819,9 +819,16 @@ class KnowledgeBase:
         cleared = []
         for name, path in self.clear_targets(target):
             self.forget(path)
-            with self.backend.guarded(path, name), self.backend.writer_lock(path, name):
-                if self.backend.remove(path):
-                    cleared.append(name)
+            try:
+                # Refused, not queued: waiting let a run report "400 added" for an index deleted the moment
+                # it ended, with clear's "Cleared" printed before it.
+                with self.backend.guarded(path, name), self.backend.writer_lock(path, name, wait=False):
+                    if self.backend.remove(path):
+                        cleared.append(name)
+            except IndexBusy:
+                raise KnowledgebaseError(f"{name} is being indexed right now; nothing was cleared. Clear it once "
+                                         f"that run ends (Ctrl-C stops a run in the foreground)."
+                                         + (f" Cleared before it: {', '.join(cleared)}." if cleared else "")) from None
         return cleared
 
     def clear_targets(self, target: str | None) -> list[tuple[str, Path]]:
