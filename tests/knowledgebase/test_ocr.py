@@ -341,3 +341,19 @@ def test_a_picture_crafted_to_collide_at_low_resolution_gets_its_own_text(tree, 
     vault.index()
     assert [h.path for h in vault.search("VAULT CODE 7741", mode="keyword", directory="vault").hits] == ["private.png"]
     assert not public.search("VAULT CODE 7741", mode="keyword", directory="public").hits
+
+
+def test_ocr_work_per_file_is_capped_and_the_summary_says_so(monkeypatch):
+    """One picture drawn on every page at a new offset is a new page to read each time: a file gets a
+    budget of pages and of time, and its other pages are said not read."""
+    from hermes_kb.agent.knowledgebase.loaders import load
+
+    book = scanned_book([[f"Page {n} of the harbour log"] for n in range(1, 5)])
+    monkeypatch.setattr(ocr, "FILE_PAGES_CAP", 2)
+    document = load(book, "pdf", ocr.engine(None))
+    assert "2 of 4 pages not read" in document.left_out and "OCR reads at most 2 pages of one file" in document.left_out
+    assert document.metadata.recognised == (1, 2)
+    monkeypatch.setattr(ocr, "FILE_PAGES_CAP", 500)
+    monkeypatch.setattr(ocr, "FILE_SECONDS_CAP", 0)
+    with pytest.raises(LoadError, match="4 scanned pages not read: not tried: OCR spent its 0 s on this file"):
+        load(book, "pdf", ocr.engine(None))

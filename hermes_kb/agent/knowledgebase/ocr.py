@@ -32,6 +32,7 @@ import json
 import os
 import signal
 import sys
+import time
 import weakref
 from collections import deque
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ PAGE_SECONDS_CAP = 120  # a page still unread after this is given up (a normal p
 # Pages in a row that OCR gave up on (time cap) before the rest of the file is not tried: a scan of
 # 2,000 such pages would otherwise hold the run for days.
 GIVE_UP_AFTER = 3
+FILE_PAGES_CAP = 500  # pages of one file sent to OCR (a cached page is free): ~20 min of a 2-core run
+FILE_SECONDS_CAP = 1_800  # seconds of OCR one file may take before its other pages are not tried
 WORKER_MEMORY_BYTES = 2_000_000_000  # address space an OCR worker may reach (a 40M-pixel page needs ~0.5 GB)
 # The start of the skip reason a file gets while no OCR is available: `hermes kb status` counts
 # these, and a run that finds OCR available reads them again.
@@ -194,27 +197,38 @@ class Ocr:
         one, and after GIVE_UP_AFTER pages in a row given up on, the rest are not tried. `on_page`
         hears of each page of the `total` as it is settled."""
         timed_out = [0]  # pages given up on in a row, until GIVE_UP_AFTER: then the file's other pages are not tried
+        started, sent = time.monotonic(), [0]
 
-        def given_up() -> bool:
-            return timed_out[0] >= GIVE_UP_AFTER
+        def given_up() -> str | None:
+            """Why no further page of this file is tried, if none is: pages given up on in a row, or
+            the file's OCR budget (pages, time) spent. One image drawn on every page at a 1-pt offset
+            is a new page to read each time: without a budget a 10 MB file held a run for hours."""
+            if timed_out[0] >= GIVE_UP_AFTER:
+                return f"not tried: {GAVE_UP} {GIVE_UP_AFTER} pages in a row"
+            if sent[0] >= FILE_PAGES_CAP:
+                return f"not tried: OCR reads at most {FILE_PAGES_CAP:,} pages of one file"
+            if time.monotonic() - started > FILE_SECONDS_CAP:
+                return f"not tried: OCR spent its {FILE_SECONDS_CAP:,} s on this file"
+            return None
 
-        for done, read in enumerate(self._read(pages, blocks_of, given_up), 1):
-            if not given_up():
+        for done, read in enumerate(self._read(pages, blocks_of, given_up, sent), 1):
+            if timed_out[0] < GIVE_UP_AFTER:
                 timed_out[0] = timed_out[0] + 1 if isinstance(read, str) and read.startswith(GAVE_UP) else 0
             if self.on_page is not None:
                 self.on_page(done, total)
             yield read
 
-    def _read(self, pages: Iterable, blocks_of: Callable, given_up: Callable[[], bool]) -> Iterator[list | str]:
+    def _read(self, pages: Iterable, blocks_of: Callable, given_up: Callable[[], str | None],
+              sent: list[int]) -> Iterator[list | str]:
         pending: deque = deque()
         for page in pages:
             too_large = oversized_image(page)
-            picture = None if too_large else _rendering(page)
+            stopped = None if too_large else given_up()
+            picture = None if too_large or stopped else _rendering(page)
             key = "" if picture is None else self.key(picture)
-            kept = f"{NOT_READ} {too_large}" if too_large else self.pool.ahead.pop(key, None) or self.recall(key)
-            if kept is None and given_up():
-                kept = f"not tried: {GAVE_UP} {GIVE_UP_AFTER} pages in a row"
+            kept = f"{NOT_READ} {too_large}" if too_large else stopped or self.pool.ahead.pop(key, None) or self.recall(key)
             if kept is None:
+                sent[0] += 1
                 kept = self.pool.schedule(picture, self.reader, self.language, str(self.tessdata), blocks_of,
                                           WORKER_MEMORY_BYTES)
             pending.append((key, kept))
