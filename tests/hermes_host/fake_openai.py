@@ -9,6 +9,7 @@ gets a plain, harmless answer. Every request is kept for the test to inspect.
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -17,6 +18,7 @@ SEARCH_QUERY = "zeppelin rollout canary"
 MCP_MARKER = "[through mcp]"  # a user message with it gets the MCP server's kb_search instead of the plugin's
 MCP_SEARCH = "mcp__kb__kb_search"
 FINAL_ANSWER = "The zeppelin rollout runs every Tuesday [S1]."
+JUDGE_PROMPT = "Rate how well each passage answers the question"  # reranker.judge_prompt's first words
 
 
 def _chunk(model: str, delta: dict, finish: str | None = None) -> bytes:
@@ -129,6 +131,10 @@ class FakeOpenAI:
                                      "function": {"name": "kb_search", "arguments": arguments}}]}], "tool_calls"
         if last.get("role") == "tool":
             return [{"content": FINAL_ANSWER}], "stop"
+        text = json.dumps(last.get("content"))
+        if JUDGE_PROMPT in text:  # the knowledgebase's relevance judge (rerank: llm): passages about cats rate 9
+            passages = re.findall(r"\[(\d+)\] ([^\[]*)", text.split("Passages:", 1)[1])
+            return [{"content": "\n".join(f"{i}: {9 if 'Cats' in p else 1}" for i, p in passages)}], "stop"
         return [{"content": "ok"}], "stop"
 
     def __enter__(self) -> "FakeOpenAI":

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from fake_openai import FINAL_ANSWER, MCP_MARKER, FakeOpenAI  # noqa: E402
+from fake_openai import FINAL_ANSWER, JUDGE_PROMPT, MCP_MARKER, FakeOpenAI  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 HERMES = "hermes-agent==0.19.0"
@@ -84,6 +84,19 @@ THROUGH_PLUGIN_MANAGER = textwrap.dedent("""
         "clear": json.loads(registry.dispatch("kb_clear", {"directory": "kb"}, task_id="t")),
         "bad_args": json.loads(registry.dispatch("kb_search", {"k": 3}, task_id="t")),
     }, open("plugin_manager.json", "w"))
+""")
+
+
+# Run inside the venv with HERMES_HOME set: kb_search with `rerank: llm` through Hermes's registry, so the
+# plugin's judge asks the user's model through Hermes's own plugin LLM facade / auxiliary task.
+THROUGH_LLM_RERANK = textwrap.dedent("""
+    import json
+    from hermes_cli.plugins import discover_plugins
+    discover_plugins()
+    from tools.registry import registry
+    result = json.loads(registry.dispatch("kb_search", {"query": "what do cats and the zeppelin rollout do",
+                                                        "rerank": "llm", "k": 3}, task_id="t"))
+    json.dump(result, open("llm_rerank.json", "w"))
 """)
 
 
@@ -432,6 +445,19 @@ def through_read(venv: Path, env: dict, work: Path) -> None:
           "kb_read reads the `kb/deploy.md` a citation shows, and a path with its directory", read)
 
 
+def through_llm_rerank(venv: Path, env: dict, work: Path, server: FakeOpenAI) -> None:
+    """`rerank: llm`: the user's own model (the scripted server) judges the passages through Hermes."""
+    before = len(server.chat_requests)
+    must([str(venv / "bin" / "python"), "-c", THROUGH_LLM_RERANK], "kb_search with rerank llm through Hermes",
+         env=env, cwd=work)
+    result = json.loads((work / "llm_rerank.json").read_text())
+    asked = [r for r in server.chat_requests[before:] if JUDGE_PROMPT in json.dumps(r.get("messages"))]
+    check(len(asked) == 1, "the judge asked the user's model once, through Hermes", server.chat_requests[before:])
+    hits = result.get("hits") or []
+    check(hits and hits[0]["path"] == "notes/cats.md" and hits[0].get("relevance") == 0.9,
+          "the model's judgement reorders the hits and is shown beside them", result)
+
+
 def through_mcp_client(venv: Path, env: dict, work: Path, server: FakeOpenAI) -> None:
     """Hermes's own MCP client on `hermes kb mcp`: the tool message holds each passage once."""
     config = env["HERMES_HOME"] + "/config.yaml"
@@ -475,6 +501,7 @@ def main(argv: list[str] | None = None) -> int:
             through_chat(venv, env, work, server)
             through_resume(venv, env, work, server)
             through_read(venv, env, work)
+            through_llm_rerank(venv, env, work, server)
             through_gateway(venv, env, work)
             through_repl(venv, env, work)
             through_mcp_client(venv, env, work, server)

@@ -91,6 +91,11 @@ def _identifier():
     return identifier
 
 
+def looks_english(text: str) -> bool:
+    """Plain ASCII with English's commonest words in it (no detector needed to say so)."""
+    return text.isascii() and _english_looking(text)
+
+
 def identify(text: str) -> tuple[str, float]:
     """(ISO code, probability) of the Latin-script language the detector hears in `text`, however short."""
     return _identifier().classify(text[:2000])

@@ -111,6 +111,8 @@ class LocalReranker:
         or [UNK]) and the detector must not hear another language in it."""
         if self._coverage(query, analysis.ENGLISH) < READS_COVERAGE:
             return False
+        if analysis.looks_english(query):
+            return True  # English's commonest words in plain ASCII: the detector (~0.7 s to load) is not needed
         code, probability = analysis.identify(query)
         return code == "en" or probability < OTHER_LANGUAGE_SURE
 
