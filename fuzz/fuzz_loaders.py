@@ -8,6 +8,7 @@ chunks exact slices of it.
 from __future__ import annotations
 
 import io
+import json
 import sys
 import zipfile
 
@@ -104,11 +105,68 @@ def seeds() -> list[bytes]:
                                                                  '<table:table-cell table:number-columns-repeated="4">'
                                                                  '<text:p>x</text:p></table:table-cell></table:table-row>'
                                                                  '</table:table>'))
+    notebook = {"cells": [{"cell_type": "markdown", "source": ["# Notes\n", "text"]},
+                          {"cell_type": "code", "source": "print(1)", "outputs": [
+                              {"output_type": "stream", "text": ["1\n"]},
+                              {"output_type": "execute_result", "data": {"text/plain": "2"}}]}],
+                "metadata": {"language_info": {"name": "python"}}}
+    out.append(bytes([KINDS.index("notebook")]) + json.dumps(notebook).encode())
+    mail = ("From: a@example.org\nTo: b@example.org\nSubject: Plan\nMIME-Version: 1.0\n"
+            "Content-Type: multipart/mixed; boundary=X\n\n--X\nContent-Type: text/plain\n\nHello\n"
+            "--X\nContent-Type: text/html\n\n<p>Hi</p>\n--X--\n")
+    out.append(bytes([KINDS.index("email")]) + mail.encode())
+    out.append(bytes([KINDS.index("mbox")]) + ("From a@example.org Mon Jan 1 00:00:00 2024\n" + mail).encode())
+    for kind, make in (("xlsx", _xlsx), ("pptx", _pptx), ("epub", _epub)):
+        try:
+            out.append(bytes([KINDS.index(kind)]) + make())
+        except ImportError:  # the office extra missing: that loader is still fuzzed from the other seeds
+            pass
     try:
         out.append(bytes([KINDS.index("pdf")]) + _pdf())
     except Exception:  # pymupdf missing: the PDF loader is still fuzzed from the other seeds
         pass
     return out
+
+
+def _xlsx() -> bytes:
+    import openpyxl
+
+    book = openpyxl.Workbook()
+    book.active.append(["name", "value"])
+    book.active.append(["a", 1])
+    buffer = io.BytesIO()
+    book.save(buffer)
+    return buffer.getvalue()
+
+
+def _pptx() -> bytes:
+    import pptx
+
+    deck = pptx.Presentation()
+    slide = deck.slides.add_slide(deck.slide_layouts[1])
+    slide.shapes.title.text = "Plan"
+    slide.placeholders[1].text = "Ship it"
+    buffer = io.BytesIO()
+    deck.save(buffer)
+    return buffer.getvalue()
+
+
+def _epub() -> bytes:
+    """A one-chapter e-book whose spine names the chapter twice (each is read once)."""
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr("mimetype", "application/epub+zip")
+        archive.writestr("META-INF/container.xml", (
+            '<?xml version="1.0"?><container version="1.0" xmlns="urn:oasis:names:tc:opendocument:xmlns:container">'
+            '<rootfiles><rootfile full-path="c.opf" media-type="application/oebps-package+xml"/></rootfiles></container>'))
+        archive.writestr("c.opf", (
+            '<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" version="3.0" unique-identifier="i">'
+            '<metadata xmlns:dc="http://purl.org/dc/elements/1.1/"><dc:identifier id="i">x</dc:identifier>'
+            '<dc:title>T</dc:title></metadata><manifest><item id="c1" href="c1.xhtml" '
+            'media-type="application/xhtml+xml"/></manifest><spine><itemref idref="c1"/><itemref idref="c1"/></spine>'
+            '</package>'))
+        archive.writestr("c1.xhtml", '<html xmlns="http://www.w3.org/1999/xhtml"><body><p>Chapter</p></body></html>')
+    return buffer.getvalue()
 
 
 if __name__ == "__main__":
