@@ -41,7 +41,7 @@ NOTES = {
 def host(home: Path, url: str, *directories: Path, embedder=None) -> KnowledgeBase:
     """A KnowledgeBase as one machine (its own HERMES_HOME) sees the shared server."""
     home.mkdir(parents=True, exist_ok=True)
-    config = parse_knowledgebase({"directories": [str(d) for d in directories],
+    config = parse_knowledgebase({"directories": [str(d) for d in directories], "rerank": "off",  # as make_kb
                                   "store": {"backend": "postgres", "url": url}})
     chosen = embedder or StubEmbedder()
     return KnowledgeBase(config, home, embedder_factory=lambda: chosen)

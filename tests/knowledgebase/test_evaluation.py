@@ -27,7 +27,7 @@ def test_harness_on_a_tiny_dataset(tmp_path, hermes_home, stub_embedder):
     assert (report.queries, report.documents, report.chunks) == (3, 4, 4)
     keyword = report.systems[0]
     assert keyword.name == "keyword" and keyword.metrics["recall@10"] == 1.0
-    assert {s.name for s in report.systems} == {"keyword", "vector", "hybrid (weighted)", "hybrid (rrf)"}
+    assert {s.name for s in report.systems} == {"keyword", "vector", "hybrid (weighted)", "hybrid (rrf)", "hybrid + rerank"}
     assert all(0.0 <= s.metrics["ndcg@10"] <= 1.0 for s in report.systems)
     again = evaluate(dataset, parse_knowledgebase({}), hermes_home, embedder_factory=lambda: stub_embedder)
     assert again.chunks_embedded == 0  # cached index: a tuning loop does not re-embed

@@ -644,7 +644,6 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
     for rank, (hit, score) in enumerate(zip(judged, scores)):
         hit.rerank_score = round(score, 4)
         hit.score = round(relevance.blend(hit.score, score, rank), 4)
-        hit.found_by = [*hit.found_by, "rerank"]
     order = sorted(judged, key=lambda hit: ("exact" in hit.found_by, hit.score), reverse=True)
     return order + hits[len(judged):]
 
