@@ -32,7 +32,7 @@ def local() -> LocalReranker:
 class CountingEngine:
     """A judge that prefers passages holding `liked`, and counts what it was asked."""
 
-    threshold = 0.5
+    threshold, veto = 0.5, 0.0
 
     def __init__(self, liked: str, identity: str = "counting@1"):
         self.liked, self.identity, self.calls = liked, identity, []
@@ -229,3 +229,14 @@ def test_tables_of_contents_and_back_of_book_indexes_are_never_injected():
                        "A hash join would need 40 MB.", "Memory is limited by work_mem.", "Set it per session.",
                        "See chapter 14 for details."])
     assert looks_like_index(index_page) and looks_like_index(toc) and not looks_like_index(prose)
+
+
+def test_a_confident_retrieval_is_vetoed_when_the_judge_is_sure_the_passage_does_not_answer(tree, make_kb):
+    kb = make_kb(tree(NOTES), rerank="local", relevance_threshold=0.0)  # retrieval alone would always open it
+    kb.index()
+    for liked, injected in (("nothing holds this", False), ("gzipped", True)):
+        engine = CountingEngine(liked, identity=f"veto-{liked}")
+        engine.threshold, engine.veto = 0.99, 0.1  # 0.05 for a passage it dislikes: under the veto
+        kb.rerankers._loaded["local"] = engine
+        block = AutoRetriever(kb, kb.config).block_for("how do I make a gzipped archive of a folder?")
+        assert (block is not None) is injected

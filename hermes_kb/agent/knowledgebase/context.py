@@ -127,9 +127,10 @@ def confidence(hits: list[Hit]) -> float:
     """
     if not hits:
         return 0.0
-    best = hits[0]
-    runner_up = next((h.score for h in hits[1:] if (h.directory, h.path) != (best.directory, best.path)), 0.0)
-    return best.score + LEAD_WEIGHT * (best.score - runner_up)
+    ranked = sorted(hits, key=lambda h: h.retrieval_score, reverse=True)  # retrieval's own order, not the judge's
+    best = ranked[0]
+    runner_up = next((h.retrieval_score for h in ranked[1:] if (h.directory, h.path) != (best.directory, best.path)), 0.0)
+    return best.retrieval_score + LEAD_WEIGHT * (best.retrieval_score - runner_up)
 
 
 def quote_document(text: str) -> str:
@@ -257,14 +258,19 @@ class AutoRetriever:
         self.citations.forget(hit_key(hit))
 
     def opens(self, hits: list[Hit], judged: Judged | None, forced: bool = False) -> bool:
-        """The gate. Where the relevance model judged the best hit, its probability that the text
-        answers the message decides (rerank_threshold, or the engine's own calibrated bar); else
-        retrieval's `confidence` against relevance_threshold. `@kb` lowers either bar."""
+        """The gate, retrieval's confidence and the relevance model's judgement together: a passage the
+        model is sure answers (its probability at rerank_threshold, by default the engine's calibrated
+        bar) opens it whatever retrieval's confidence; a confident retrieval opens it unless the model
+        is sure the passage does not answer (under the engine's veto, which held-out answers almost
+        never fall below: the off-topic look-alike). Nothing judged: retrieval's confidence alone.
+        `@kb` lowers every bar."""
         share = FORCED_SHARE if forced else 1.0
-        if hits[0].rerank_score is not None and judged is not None:
-            bar = judged.threshold if self.config.rerank_threshold is None else self.config.rerank_threshold
-            return hits[0].rerank_score >= bar * share
-        return confidence(hits) >= self.config.relevance_threshold * share
+        sure = confidence(hits) >= self.config.relevance_threshold * share
+        relevance = hits[0].rerank_score
+        if relevance is None or judged is None:
+            return sure
+        bar = judged.threshold if self.config.rerank_threshold is None else self.config.rerank_threshold
+        return relevance >= bar * share or (sure and relevance >= judged.veto * share)
 
     def choose(self, hits: list[Hit], forced: bool = False) -> list[Hit]:
         """The hits a block carries once the gate is open: the best one and those close to it, not

@@ -48,6 +48,7 @@ class RerankError(RuntimeError):
 class Reranker(Protocol):
     identity: str  # name@version#hash: recorded beside every score kept
     threshold: float  # the probability from which a passage counts as an answer (the gate's bar)
+    veto: float  # the probability under which a passage surely does not answer (the gate's veto)
 
     def scores(self, query: str, passages: Sequence[str]) -> list[float]: ...
 
@@ -81,6 +82,7 @@ class LocalReranker:
             raise RerankError(f"The relevance model in {model_dir} does not match its recorded hash; reinstall hermes-kb.")
         self.identity = f"{self.card['name']}@{self.card['version']}#{digest[:12]}"
         self.threshold = float(self.card.get("threshold", 0.5))  # chosen on held-out pairs (docs/reranker.md)
+        self.veto = float(self.card.get("veto", 0.0))
         self.max_pieces = int(self.card["max_pieces"])
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self._tokenizer.no_padding()
@@ -156,7 +158,7 @@ class EndpointReranker:
             if not key:
                 raise RerankError(f"The rerank endpoint needs an API key in ${api_key_env}.")
             headers["Authorization"] = f"Bearer {key}"
-        self.url, self.model, self.threshold = url, model, 0.5
+        self.url, self.model, self.threshold, self.veto = url, model, 0.5, 0.0
         self.identity = f"endpoint:{model or 'default'}@{url}"
         self._client = httpx.Client(headers=headers, timeout=timeout_s)
 
@@ -202,7 +204,7 @@ class LlmReranker:
     """The host agent's own model as the judge (Hermes: the plugin LLM facade); bounded in time."""
 
     def __init__(self, judge: Judge, name: str = "host-llm", timeout_s: float = 6.0):
-        self._judge, self.timeout_s, self.threshold = judge, timeout_s, 0.5
+        self._judge, self.timeout_s, self.threshold, self.veto = judge, timeout_s, 0.5, 0.0
         self.identity = f"llm:{name}"
 
     def reads(self, query: str) -> bool:
@@ -271,6 +273,7 @@ class Judged:
     engine: str
     judged: int
     threshold: float = 0.5  # the engine's calibrated bar: a probability at least this is an answer
+    veto: float = 0.0  # under this the engine is sure the passage does not answer (the gate's veto)
     skipped: str | None = None  # why no passage (or only the best) was judged
     seconds: float = 0.0
 

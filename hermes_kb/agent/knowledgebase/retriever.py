@@ -171,6 +171,11 @@ class Hit:
     # repeats blocks verbatim (every npm command page its shared options).
     also_in: list[Place] = field(default_factory=list)
     rerank_score: float | None = None  # the relevance model's probability that the text answers the query
+    fused_score: float | None = None  # retrieval's own score, where the relevance stage blended `score`
+
+    @property
+    def retrieval_score(self) -> float:
+        return self.score if self.fused_score is None else self.fused_score
 
     @functools.cached_property
     def snippet(self) -> Snippet:
@@ -622,7 +627,7 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
     (reranker.blend), exact occurrences of the query kept first. Fail-open: an engine that cannot
     judge leaves retrieval's order, and says why in `result.rerank`."""
     engine = options.reranker
-    result.rerank = Judged(engine.identity, 0, engine.threshold)
+    result.rerank = Judged(engine.identity, 0, engine.threshold, engine.veto)
     if not hits:
         return hits
     if not engine.reads(query):
@@ -642,7 +647,7 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
     if len(judged) == 1 and len(hits) > 1:
         result.rerank.skipped = "retrieval was decisive: only its best hit was judged"
     for rank, (hit, score) in enumerate(zip(judged, scores)):
-        hit.rerank_score = round(score, 4)
+        hit.rerank_score, hit.fused_score = round(score, 4), hit.score
         hit.score = round(relevance.blend(hit.score, score, rank), 4)
     order = sorted(judged, key=lambda hit: ("exact" in hit.found_by, hit.score), reverse=True)
     return order + hits[len(judged):]
