@@ -29,7 +29,7 @@ from .config import RERANK_MODES as MODES, KnowledgebaseConfig
 log = logging.getLogger(__name__)
 
 MODEL_DIR = Path(__file__).resolve().parent / "models" / "reranker"
-DEPTH = 20  # hybrid candidates rescored: see docs/reranker.md, "How many candidates"
+DEPTH = 12  # hybrid candidates judged: 20 added 128 ms p50 to a warm search (docs/benchmarks.md), over the 100 ms budget
 MAX_QUERY_PIECES = 64
 # Position-aware blend, qmd's published weights (not tuned here): the retrieval score keeps more say at
 # the top of its list, where exact and literal matches sit, and the judge more below, where retrieval
