@@ -31,10 +31,10 @@ from .config import ChunkingConfig
 if TYPE_CHECKING:  # a search reads chunks without loading the file readers
     from .loaders import Document
 
-CHUNKER_VERSION = 10  # 5: PDFs cut at pages and outline sections; 6: code cut at tree-sitter syntax units (code_units.py);
+CHUNKER_VERSION = 11  # 5: PDFs cut at pages and outline sections; 6: code cut at tree-sitter syntax units (code_units.py);
 # 7: HTML main content only, cited by the source file's lines; 8: notebooks, e-mail, tables, org-mode, LaTeX;
 # 9: notes' tags and dates kept as file metadata (filters.py); pieces counted per script (_TOKEN);
-# 10: a link to a part of a page (`[x](#x)`) is no inline tag
+# 10: a link to a part of a page (`[x](#x)`) is no inline tag; 11: a notebook's small cells join into chunks
 VECTOR_WINDOW = 128  # estimated pieces per embedded window
 WINDOW_OVERLAP = 20
 MAX_WINDOWS = 32  # per chunk; a longer chunk (a large chunk_size) gets proportionally longer windows
@@ -370,8 +370,8 @@ def _cut_at_parts(segments: list[_Segment], part_starts: tuple[int, ...]) -> lis
     if not part_starts:
         return segments
     out = []
-    for segment in segments:
-        inside = [p for p in part_starts if segment.start < p < segment.end]
+    for segment in segments:  # part_starts ascend: each segment's own by bisection (a scan of all was quadratic)
+        inside = list(part_starts[bisect_right(part_starts, segment.start):bisect_left(part_starts, segment.end)])
         bounds = [segment.start, *inside, segment.end]
         out.extend(_Segment(a, b, segment.heading) for a, b in zip(bounds, bounds[1:]))
     return out
@@ -453,8 +453,11 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
         if document.kind == "notebook":
             segments, protected = _notebook_code_units(text, segments, protected, size, file_name)
         base = _Splitter(text, protected)
-        segments = _merge_small(_cut_at_parts(segments, document.page_starts), base, max(8, size // 4), size,
-                                frozenset(document.page_starts))
+        if document.kind == "notebook":  # small cells join until a chunk is full, cited by the cell it starts in
+            segments = _merge_small(_cut_at_parts(segments, document.page_starts), base, size, size)
+        else:
+            segments = _merge_small(_cut_at_parts(segments, document.page_starts), base, max(8, size // 4), size,
+                                    frozenset(document.page_starts))
     else:
         base = _Splitter(text, protected)
         segments = [_Segment(0, len(text), _plain_title(text))]
