@@ -64,17 +64,23 @@ def _source(value: object) -> str:
 
 
 def _outputs(outputs: object) -> str:
-    texts = []
+    """A code cell's text outputs, read only until MAX_OUTPUT_CHARS are held (a 98 MB output list was
+    joined whole before being cut, and peaked over the per-file bound)."""
+    texts, held = [], 0
     for output in outputs if isinstance(outputs, list) else []:
+        if held > MAX_OUTPUT_CHARS:
+            break
         if not isinstance(output, dict):
             continue
-        kind = output.get("output_type")
+        kind, found = output.get("output_type"), []
         if kind == "stream":
-            texts.append(_source(output.get("text")))
+            found = [_source(output.get("text"))]
         elif kind == "error":
-            texts.append(f"{output.get('ename', 'Error')}: {output.get('evalue', '')}")
+            found = [f"{output.get('ename', 'Error')}: {output.get('evalue', '')}"]
         elif kind in ("execute_result", "display_data") and isinstance(output.get("data"), dict):
-            texts.extend(_source(output["data"][mime]) for mime in _TEXT_OUTPUTS if mime in output["data"])
+            found = [_source(output["data"][mime]) for mime in _TEXT_OUTPUTS if mime in output["data"]]
+        texts += found
+        held += sum(len(text) for text in found)
     text = _newlines("\n".join(t.rstrip("\n") for t in texts if t.strip()))
     if len(text) > MAX_OUTPUT_CHARS:
         text = text[:MAX_OUTPUT_CHARS].rstrip() + "\n… (output cut)"
