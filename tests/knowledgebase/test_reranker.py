@@ -240,3 +240,12 @@ def test_a_confident_retrieval_is_vetoed_when_the_judge_is_sure_the_passage_does
         kb.rerankers._loaded["local"] = engine
         block = AutoRetriever(kb, kb.config).block_for("how do I make a gzipped archive of a folder?")
         assert (block is not None) is injected
+
+
+def test_rerank_off_written_plainly_in_yaml_means_off():
+    import yaml
+
+    from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
+
+    assert parse_knowledgebase(yaml.safe_load("rerank: off")).rerank == "off"  # YAML 1.1 reads `off` as false
+    assert parse_knowledgebase(yaml.safe_load("rerank: endpoint")).rerank == "endpoint"
