@@ -32,7 +32,7 @@ def local() -> LocalReranker:
 class CountingEngine:
     """A judge that prefers passages holding `liked`, and counts what it was asked."""
 
-    threshold, veto = 0.5, 0.0
+    threshold, veto, reads_code = 0.5, 0.0, True
 
     def __init__(self, liked: str, identity: str = "counting@1"):
         self.liked, self.identity, self.calls = liked, identity, []
@@ -249,3 +249,13 @@ def test_rerank_off_written_plainly_in_yaml_means_off():
 
     assert parse_knowledgebase(yaml.safe_load("rerank: off")).rerank == "off"  # YAML 1.1 reads `off` as false
     assert parse_knowledgebase(yaml.safe_load("rerank: endpoint")).rerank == "endpoint"
+
+
+def test_candidates_that_are_mostly_program_source_keep_retrievals_order(tree, make_kb):
+    code = {f"m{i}.py": f"def split_line_{i}(text, width):\n    rows = []\n    for i in range(0, len(text), width):\n"
+                         f"        rows.append(text[i:i + width])\n    return rows\n" for i in range(4)}
+    kb = make_kb(tree(code), rerank="local")
+    kb.index()
+    result = kb.search("how do I split a line of text into rows", k=4)
+    assert result.hits and all(h.rerank_score is None for h in result.hits)
+    assert "program source" in result.rerank.skipped

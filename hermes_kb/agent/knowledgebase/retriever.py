@@ -633,6 +633,10 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
     if not engine.reads(query):
         result.rerank.skipped = "the relevance model does not read this query's language"
         return hits
+    candidates = hits[:relevance.DEPTH]
+    if engine.reads_code is False and sum(map(analysis.looks_like_code, (h.text for h in candidates))) * 2 > len(candidates):
+        result.rerank.skipped = "the candidates are mostly program source, which the relevance model never learned to read"
+        return hits
     files = [(hit.directory, hit.path) for hit in hits]
     judged = hits[:1] if relevance.decisive([hit.score for hit in hits], files) else hits[:relevance.DEPTH]
     passages = [f"{hit.heading}\n{hit.text}" if hit.heading else hit.text for hit in judged]
