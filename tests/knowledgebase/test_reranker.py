@@ -259,3 +259,11 @@ def test_candidates_that_are_mostly_program_source_keep_retrievals_order(tree, m
     result = kb.search("how do I split a line of text into rows", k=4)
     assert result.hits and all(h.rerank_score is None for h in result.hits)
     assert "program source" in result.rerank.skipped
+
+
+def test_a_keyword_search_loads_no_relevance_model(tree, make_kb):
+    kb = make_kb(tree(NOTES), rerank="local")
+    kb.index()
+    assert kb.search("gzipped", mode="keyword").hits and kb.rerankers._loaded == {}
+    kb.search("gzipped archive")
+    assert kb.rerankers._loaded["local"] is not None

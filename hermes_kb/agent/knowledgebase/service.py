@@ -419,8 +419,8 @@ class KnowledgeBase:
             raise KnowledgebaseError(f"The query is {len(query):,} characters long; at most {MAX_QUERY_CHARS:,} "
                                      f"are searched, so shorten it to the words that matter.")
         only = search_filter(FILE_KINDS, kind, path_glob, tags, since, before)
-        try:
-            engine = self.rerankers.for_mode(rerank or self.config.rerank, self.config)
+        try:  # keyword search judges nothing, so it loads no model (as it loads no embedder)
+            engine = self.rerankers.for_mode("off" if mode == "keyword" else rerank or self.config.rerank, self.config)
         except reranker.RerankError as exc:
             raise KnowledgebaseError(str(exc)) from None
         arguments = dict(query=well_formed(query), k=k, directory=directory, mode=mode, only=only,
