@@ -11,6 +11,7 @@ import pytest
 from rich.console import Console
 
 from hermes_kb.agent.knowledgebase import vector_cache
+from hermes_kb.agent.knowledgebase.chunker import CHUNKER_VERSION
 from hermes_kb.agent.knowledgebase.filters import FileTable, FilterError, SearchFilter, pack_tags, parse_when, search_filter
 from hermes_kb.agent.knowledgebase.loaders import load
 from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
@@ -193,7 +194,7 @@ def test_an_index_from_before_tags_gets_them_on_its_next_run_without_re_embeddin
     store = kb.backend.open(kb.index_path(directory), name=directory.name)
     store.conn.execute("ALTER TABLE files DROP COLUMN tags")
     store.conn.execute("ALTER TABLE files DROP COLUMN dated")
-    store.set_meta(chunker=store.meta("chunker").replace("v10:", "v8:"))  # as the release before tags left it
+    store.set_meta(chunker=store.meta("chunker").replace(f"v{CHUNKER_VERSION}:", "v8:"))  # as the release before tags left it
     store.close()
     kb.forget(kb.index_path(directory))
     assert kb.search("quarterly report", tags=["finance"]).hits == []  # readable meanwhile, just untagged
