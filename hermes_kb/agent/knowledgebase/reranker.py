@@ -14,6 +14,7 @@ import json
 import logging
 import math
 import os
+import re
 import threading
 import time
 from collections import OrderedDict
@@ -235,8 +236,6 @@ def judge_prompt(query: str, passages: Sequence[str], chars: int = 1200) -> str:
 def parse_judgement(text: str, count: int) -> list[float]:
     """`0: 7` lines -> probabilities; a passage left unrated counts as unrelated, an answer with no
     such line at all is no judgement (ValueError)."""
-    import re
-
     scores = [0.0] * count
     found = re.findall(r"\[?(\d+)\]?\s*[:=-]\s*(\d+(?:\.\d+)?)", text)
     if not found:
