@@ -11,6 +11,7 @@ import functools
 import logging
 import os
 import re
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -570,13 +571,11 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
     kept: list[Hit] = []
     spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
     by_text: dict[str, Hit] = {}  # each text shown once, see Hit.also_in
-    tokens = 0
     shown_terms = tuple(terms)
     # With a relevance stage, its DEPTH candidates are gathered first; k and the token budget apply to
     # its order, not retrieval's.
     judging = options.reranker is not None and options.mode != "keyword"
     wanted = max(options.k, relevance.DEPTH) if judging else options.k
-    budget = None if judging else options.max_tokens
     step = max(16, 2 * wanted)  # rows fetched at a time: most searches need only the first window
     for begin in range(0, len(scored), step):
         window = scored[begin:begin + step]
@@ -600,11 +599,7 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
             if same is not None:
                 same.also_in.append(Place(candidate.source.name, row.path, row.kind, row.start_line, row.end_line, row.page))
                 continue
-            size = estimate_tokens(row.text) if budget is not None else 0
-            if budget is not None and kept and tokens + size > budget:
-                return _finish(result, kept)
             taken.append((row.start_line, row.end_line))
-            tokens += size
             kept.append(Hit(
                 directory=candidate.source.name, path=row.path, abs_path=f"{candidate.source.root}/{row.path}",
                 kind=row.kind, start_line=row.start_line, end_line=row.end_line, page=row.page,
@@ -618,8 +613,8 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
         if len(kept) >= wanted or (window and window[-1][0] < options.min_score):
             break
     if judging:
-        kept = _budgeted(_rerank(result, kept, query, options)[:options.k], options.max_tokens)
-    return _finish(result, kept)
+        kept = _rerank(result, kept, query, options)[:options.k]
+    return _finish(result, _budgeted(kept, options.max_tokens))
 
 
 def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOptions) -> list[Hit]:
@@ -634,20 +629,21 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
         result.rerank.skipped = "the relevance model does not read this query's language"
         return hits
     candidates = hits[:relevance.DEPTH]
-    if engine.reads_code is False and sum(map(analysis.looks_like_code, (h.text for h in candidates))) * 2 > len(candidates):
+    if not engine.reads_code and sum(map(analysis.looks_like_code, (h.text for h in candidates))) * 2 > len(candidates):
         result.rerank.skipped = "the candidates are mostly program source, which the relevance model never learned to read"
         return hits
     files = [(hit.directory, hit.path) for hit in hits]
-    judged = hits[:1] if relevance.decisive([hit.score for hit in hits], files) else hits[:relevance.DEPTH]
+    judged = hits[:1] if relevance.decisive([hit.score for hit in hits], files) else candidates
     passages = [f"{hit.heading}\n{hit.text}" if hit.heading else hit.text for hit in judged]
+    started = time.perf_counter()
     try:
-        scores, result.rerank.seconds = relevance.timed(lambda: relevance.judge(
-            engine, options.rerank_cache or ScoreCache(), query, passages, [hit.content_hash for hit in judged]))
+        scores = relevance.judge(engine, options.rerank_cache or ScoreCache(), query, passages,
+                                 [hit.content_hash for hit in judged])
     except RerankError as exc:
         log.info("relevance stage skipped: %s", exc)
         result.rerank.skipped = str(exc)
         return hits
-    result.rerank.judged = len(judged)
+    result.rerank.judged, result.rerank.seconds = len(judged), time.perf_counter() - started
     if len(judged) == 1 and len(hits) > 1:
         result.rerank.skipped = "retrieval was decisive: only its best hit was judged"
     for rank, (hit, score) in enumerate(zip(judged, scores)):
@@ -658,7 +654,8 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
 
 
 def _budgeted(hits: list[Hit], max_tokens: int | None) -> list[Hit]:
-    """Hits in order while they fit `max_tokens` (the first always)."""
+    """Hits in order while they fit `max_tokens` (the first always): the budget applied to the final
+    order, whether retrieval's or the relevance stage's."""
     if max_tokens is None:
         return hits
     kept, tokens = [], 0
@@ -669,8 +666,6 @@ def _budgeted(hits: list[Hit], max_tokens: int | None) -> list[Hit]:
         kept.append(hit)
         tokens += size
     return kept
-
-
 
 
 def _freshness(path: str, row) -> str:
