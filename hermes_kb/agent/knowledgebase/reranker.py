@@ -16,7 +16,6 @@ import math
 import os
 import re
 import threading
-import time
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -154,6 +153,8 @@ class EndpointReranker:
     `{model, query, documents}` and answer `results` (or `data`) of `{index, relevance_score}`; TEI's
     `/rerank` answers a bare list of `{index, score}`. Scores outside [0, 1] are logits."""
 
+    threshold, veto, reads_code = 0.5, 0.0, True  # a model of the user's choice: no calibration of ours
+
     def __init__(self, url: str, model: str = "", api_key_env: str | None = None, timeout_s: float = 5.0):
         import httpx
 
@@ -163,7 +164,7 @@ class EndpointReranker:
             if not key:
                 raise RerankError(f"The rerank endpoint needs an API key in ${api_key_env}.")
             headers["Authorization"] = f"Bearer {key}"
-        self.url, self.model, self.threshold, self.veto, self.reads_code = url, model, 0.5, 0.0, True
+        self.url, self.model = url, model
         self.identity = f"endpoint:{model or 'default'}@{url}"
         self._client = httpx.Client(headers=headers, timeout=timeout_s)
 
@@ -208,8 +209,10 @@ Judge = Callable[[str, Sequence[str], float], Sequence[float]]
 class LlmReranker:
     """The host agent's own model as the judge (Hermes: the plugin LLM facade); bounded in time."""
 
+    threshold, veto, reads_code = 0.5, 0.0, True
+
     def __init__(self, judge: Judge, name: str = "host-llm", timeout_s: float = 6.0):
-        self._judge, self.timeout_s, self.threshold, self.veto, self.reads_code = judge, timeout_s, 0.5, 0.0, True
+        self._judge, self.timeout_s = judge, timeout_s
         self.identity = f"llm:{name}"
 
     def reads(self, query: str) -> bool:
@@ -311,21 +314,15 @@ def decisive(scores: Sequence[float], files: Sequence[tuple[str, str]]) -> bool:
     return scores[0] - runner_up >= DECISIVE_LEAD
 
 
-def timed(call: Callable[[], list[float]]) -> tuple[list[float], float]:
-    started = time.perf_counter()
-    values = call()
-    return values, time.perf_counter() - started
-
-
 class Engines:
-    """The engines a knowledgebase has loaded, by mode, each once (the local model takes ~0.2 s and
-    ~40 MB), shared by every thread, with one score cache."""
+    """The engines a knowledgebase has loaded, each once (the local model takes 0.17 s and 83 MB:
+    `auto` and `local` share it), shared by every thread, with one score cache."""
 
     def __init__(self, cache_dir: Path | None = None, judge: Judge | None = None):
         self.cache = ScoreCache()
         self.judge = judge  # the host's LLM judge, where a host gave one (Hermes: hermes_plugin.py)
         self._cache_dir = cache_dir
-        self._loaded: dict[str, Reranker | None] = {}
+        self._loaded: dict[str, Reranker | RerankError] = {}  # by engine: auto's is local's
         self._lock = threading.Lock()
 
     def for_mode(self, mode: str, config: KnowledgebaseConfig) -> Reranker | None:
@@ -335,19 +332,25 @@ class Engines:
             raise RerankError(f"rerank must be one of {', '.join(MODES)}, not {mode!r}.")
         if mode == "off":
             return None
+        engine = "local" if mode == "auto" else mode
         with self._lock:
-            if mode not in self._loaded:
+            if engine not in self._loaded:
                 try:
-                    self._loaded[mode] = self._load(mode, config)
-                except RerankError:
-                    if mode != "auto":
-                        raise
-                    log.warning("the relevance model could not load; searches keep retrieval's order", exc_info=True)
-                    self._loaded[mode] = None
-            return self._loaded[mode]
+                    self._loaded[engine] = self._load(engine, config)
+                except RerankError as exc:
+                    if engine != "local":
+                        raise  # a missing key or URL may be set by the next search
+                    log.warning("%s; searches keep retrieval's order", exc)  # a damaged file: said once, kept
+                    self._loaded[engine] = exc
+            loaded = self._loaded[engine]
+        if not isinstance(loaded, RerankError):
+            return loaded
+        if mode != "auto":
+            raise RerankError(str(loaded))
+        return None
 
     def _load(self, mode: str, config: KnowledgebaseConfig) -> Reranker:
-        if mode in ("auto", "local"):
+        if mode == "local":
             try:
                 return LocalReranker(cache_dir=self._cache_dir)
             except (OSError, ValueError, KeyError, RuntimeError) as exc:
