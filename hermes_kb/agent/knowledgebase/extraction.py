@@ -33,11 +33,15 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Budget:
-    """What reading one file may take. Measured on ordinary files (docs/benchmarks.md, "Extraction
-    budget"): the largest real office file and HTML manual page read under 0.2 GB and 5 s."""
+    """What reading one file may take: far above what ordinary files need (the PostgreSQL manual's
+    1,169 pages take 6.3 ms each in the worker, docs/benchmarks.md "Extraction budget"), far below
+    what ends a run."""
     seconds: float = 120.0
     memory_bytes: int = 1_500_000_000  # the worker's whole address space, libraries included (~0.3 GB)
     characters: int = 32_000_000  # a 100 MB document's worth of text; PDFs had this cap already
+
+    def over_memory(self) -> str:
+        return f"over the per-file budget: reading it needed more than {self.memory_bytes // 1_000_000:,} MB"
 
     def over_characters(self, count: int) -> str:
         return (f"over the per-file budget: its text ran past {self.characters:,} characters "
@@ -56,28 +60,29 @@ def bounded_kinds() -> frozenset[str]:
                      if loader not in plain and kind not in loaders.OCR_KINDS)
 
 
-def _limit_memory(limit: int) -> None:
+def limit_memory(limit: int) -> None:
+    """This process's address space capped at `limit` (a worker's, inside its task: a worker that
+    failed to start would leave pebble's task waiting; one whose task fails answers that task)."""
     try:
         import resource
 
-        soft, hard = resource.getrlimit(resource.RLIMIT_AS)
-        if hard == resource.RLIM_INFINITY or limit < hard:
-            resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     except (ImportError, ValueError, OSError):  # not on this platform: the time and character caps still hold
         pass
 
 
-def _load_in_worker(data: bytes, kind: str, memory_bytes: int, characters: int) -> Document | str:
-    """In the worker: the document, or the sentence saying which budget it went over."""
+def _load_in_worker(data: bytes, kind: str, budget: Budget) -> Document | str:
+    """In the worker: the document, or the sentence saying which budget it went over. The readers
+    are imported before the limit is set: it bounds what the file costs, not the libraries."""
     from . import loaders
 
-    _limit_memory(memory_bytes)
+    limit_memory(budget.memory_bytes)
     try:
         document = loaders.load(data, kind)
     except MemoryError:
-        return f"over the per-file budget: reading it needed more than {memory_bytes // 1_000_000:,} MB"
-    if len(document.text) > characters:
-        return Budget(characters=characters).over_characters(len(document.text))
+        return budget.over_memory()
+    if len(document.text) > budget.characters:
+        return budget.over_characters(len(document.text))
     return document
 
 
@@ -120,21 +125,17 @@ class Extractor:
         if self._pool is None:
             self._pool = pebble.ProcessPool(max_workers=1, context=multiprocessing.get_context("spawn"))
             self._finalizer = weakref.finalize(self, _stop, self._pool)
-        future = self._pool.schedule(_load_in_worker, (data, kind, self.budget.memory_bytes, self.budget.characters),
-                                     timeout=self.budget.seconds)
+        future = self._pool.schedule(_load_in_worker, (data, kind, self.budget), timeout=self.budget.seconds)
         try:
             outcome = future.result()
         except concurrent.futures.TimeoutError:
             raise LoadError(f"over the per-file budget: reading it took more than {self.budget.seconds:g} s") from None
-        except LoadError:
-            raise
         except pebble.ProcessExpired as exc:  # killed: the kernel's OOM killer, or a library's abort
             log.warning("the worker reading a %s file died (exit code %s)", kind, exc.exitcode)
             raise LoadError(f"over the per-file budget: the worker reading it died (exit code {exc.exitcode}); "
                             f"it may need more than {self.budget.memory_bytes // 1_000_000:,} MB") from None
-        except MemoryError:
-            raise LoadError(f"over the per-file budget: reading it needed more than "
-                            f"{self.budget.memory_bytes // 1_000_000:,} MB") from None
+        except MemoryError:  # raised in the worker outside the loader (handing the document back)
+            raise LoadError(self.budget.over_memory()) from None
         if isinstance(outcome, str):
             raise LoadError(outcome)
         return outcome

@@ -39,6 +39,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
 
+from .extraction import limit_memory
+
 ENGINE_VERSION = 2  # part of every cache key: a change of how pages are recognised (or keyed) redoes them
 DPI = 300  # Tesseract's own advice for printed text; 150 dpi was 1.5x faster and slightly worse
 MAX_PAGE_PIXELS = 40_000_000  # a page is rendered at most this large (an A4 page at 300 dpi is 8.7M)
@@ -285,23 +287,12 @@ def _pool(workers: int):
     return pebble.ProcessPool(max_workers=workers, context=multiprocessing.get_context("spawn"))
 
 
-def _limit_memory(limit: int) -> None:
-    """Inside the task, not a pool initializer: a worker that fails to start leaves pebble's task
-    waiting for a worker; one whose task fails answers that task."""
-    try:
-        import resource
-
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    except (ImportError, ValueError, OSError):  # not on this platform: the time cap still holds
-        pass
-
-
 def _recognise(picture: Picture, reader: str, language: str, tessdata: str, blocks_of: Callable, memory: int) -> list:
     """In a worker: the picture's text as Tesseract reads it, as blocks. The reader's library is loaded
     before the memory limit is set: the limit bounds what a page costs, and a library the limit kept
     from loading would fail as an ImportError, not as the MemoryError it is."""
     importlib.import_module(READERS[reader].module)
-    _limit_memory(memory)
+    limit_memory(memory)
     return [[block.top, block.bottom, list(block.lines)] for block in blocks_of(READERS[reader].blocks(picture, language, tessdata))]
 
 
