@@ -453,11 +453,11 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
         if document.kind == "notebook":
             segments, protected = _notebook_code_units(text, segments, protected, size, file_name)
         base = _Splitter(text, protected)
-        if document.kind == "notebook":  # small cells join until a chunk is full, cited by the cell it starts in
-            segments = _merge_small(_cut_at_parts(segments, document.page_starts), base, size, size)
-        else:
-            segments = _merge_small(_cut_at_parts(segments, document.page_starts), base, max(8, size // 4), size,
-                                    frozenset(document.page_starts))
+        # A notebook's small cells join until a chunk is full (cited by the cell most of it is in);
+        # slides, sheets, chapters and messages stay parts of their own.
+        limit, breaks = (size, frozenset()) if document.kind == "notebook" else \
+            (max(8, size // 4), frozenset(document.page_starts))
+        segments = _merge_small(_cut_at_parts(segments, document.page_starts), base, limit, size, breaks)
     else:
         base = _Splitter(text, protected)
         segments = [_Segment(0, len(text), _plain_title(text))]
