@@ -83,10 +83,10 @@ def test_status_clear_and_doctor(tree, tmp_path, postgres_database):
     assert kb.status()[0]["indexing"] is False
     import psycopg
 
-    from hermes_kb.agent.knowledgebase.pg_store import advisory_lock
+    from hermes_kb.agent.knowledgebase.pg_store import writer_lock
 
     with psycopg.connect(postgres_database, autocommit=True) as colleague:  # another machine's index run
-        with advisory_lock(colleague, kb.index_path(kb.config.directories[0]).name, docs.name):
+        with writer_lock(colleague, kb.index_path(kb.config.directories[0]).name, docs.name):
             assert kb.status()[0]["indexing"] is True
     assert kb.status()[0]["indexing"] is False
     other = host(tmp_path / "other-home", postgres_database, docs)

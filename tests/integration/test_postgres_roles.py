@@ -137,6 +137,44 @@ def test_another_role_can_neither_read_nor_clear_an_index_it_was_not_given(tree,
     assert alice.search("vitamin deficiency", k=1).hits[0].path == "vitamin.md"
 
 
+def test_no_role_that_may_not_write_an_index_can_hold_its_runs_back(tree, tmp_path, roles):
+    """The writer lock was an advisory lock keyed by the public schema name: bob, any role that could
+    connect, held it and alice's `hermes kb index` waited for as long as he liked. Now it is a row lock
+    that needs the right to write the index: bob's old key changes nothing, and neither he nor carol,
+    a reader she granted, can take the lock or make a run wait."""
+    import hashlib
+
+    import psycopg
+
+    names, urls = roles
+    docs = tree(NOTES)
+    alice = host(tmp_path / "laptop", urls["alice"], docs)
+    schema = pg_store.schema_name(alice.config.directories[0].resolved_index_path(alice.hermes_home).stem, docs.name)
+    old_key = int.from_bytes(hashlib.blake2b(schema.encode(), digest_size=8).digest(), "big", signed=True)
+    with _as(urls["bob"]) as bob:
+        bob.execute("SELECT pg_advisory_lock(%s)", (old_key,))
+        [summary] = alice.index(wait=False)  # the first run, which makes the schema
+        assert summary.error is None and summary.added == len(NOTES)
+        with _as(urls["alice"]) as conn:
+            conn.execute(f'GRANT USAGE ON SCHEMA "{schema}" TO {names["carol"]}')
+            conn.execute(f'GRANT SELECT ON ALL TABLES IN SCHEMA "{schema}" TO {names["carol"]}')
+        with _as(urls["carol"]) as carol:
+            for intruder in (bob, carol):
+                with pytest.raises(StoreError, match="may not write the index of notes; nothing was changed"):
+                    with pg_store.writer_lock(intruder, schema, "notes", wait=False):
+                        pass
+                assert not pg_store.writer_held(intruder, schema)
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):  # nor the table itself, another way in
+                with carol.transaction():
+                    carol.execute(f'LOCK TABLE "{schema}".writer IN ROW SHARE MODE')
+            (docs / "extra.md").write_text("# Extra\n\nA note about the harbour crane.\n")
+            [summary] = alice.index(wait=False)
+            assert summary.error is None and summary.added == 1
+            assert alice.status()[0]["indexing"] is False
+            assert carol.execute(f'SELECT count(*) FROM "{schema}".files').fetchone()[0] == len(NOTES) + 1
+    assert alice.clear(docs.name) == [docs.name]
+
+
 def test_a_team_role_shares_an_index_and_a_read_only_member_only_reads(tree, tmp_path, roles, postgres_database):
     """By design: alice writes as the team role (options=-c role=...), so the team owns the schema;
     bob, a member, updates it; carol, a member without inherited rights and granted SELECT, searches

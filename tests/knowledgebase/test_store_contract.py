@@ -260,28 +260,37 @@ def test_a_reader_snapshot_taken_before_the_model_is_pinned_or_dropped_sees_no_v
 def test_one_writer_per_directory_across_connections_and_readers_never_see_half_a_file(pg_store, postgres_url):
     import threading
 
-    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, advisory_lock, connect
+    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect, writer_held, writer_lock
     from hermes_kb.agent.knowledgebase.store import IndexBusy
 
     other = PgIndexStore(connect(postgres_url), pg_store.schema, pg_store.path)  # another host's process
+    holder = connect(postgres_url)
     waited = []
-    with advisory_lock(pg_store.conn, pg_store.schema, "notes"):
+    assert not writer_held(other.conn, other.schema)
+    with writer_lock(holder, pg_store.schema, "notes"):
+        assert writer_held(other.conn, other.schema)
         with pytest.raises(IndexBusy, match="Another process is indexing notes"):
-            with advisory_lock(other.conn, other.schema, "notes", wait=False):
+            with writer_lock(other.conn, other.schema, "notes", wait=False):
                 pass
-        blocked = threading.Thread(target=lambda: advisory_lock(other.conn, other.schema, "notes",
-                                                                on_wait=lambda: waited.append(1)).__enter__())
+        got = []
+
+        def wait_for_it():
+            with writer_lock(other.conn, other.schema, "notes", on_wait=lambda: waited.append(1)):
+                got.append(1)
+
+        blocked = threading.Thread(target=wait_for_it)
         blocked.start()
         blocked.join(0.5)
-        assert blocked.is_alive() and waited == [1]  # told the user it waits, and waits
+        assert blocked.is_alive() and waited == [1] and not got  # told the user it waits, and waits
     blocked.join(5)
-    assert not blocked.is_alive()  # got it once released
-    other.conn.execute("SELECT pg_advisory_unlock_all()")
-    with advisory_lock(other.conn, other.schema, "notes", wait=False):
+    assert not blocked.is_alive() and got == [1]  # got it once released
+    assert not writer_held(holder, pg_store.schema)
+    holder.close()
+    with writer_lock(other.conn, other.schema, "notes", wait=False):
         pass
 
     def writer():
-        with advisory_lock(other.conn, other.schema, "notes"):
+        with writer_lock(connect(postgres_url), other.schema, "notes"):
             for n in range(40):
                 write(other, f"f{n % 8}.md", [f"text {n} {j}" for j in range(1 + n % 13)])
 
@@ -298,6 +307,16 @@ def test_one_writer_per_directory_across_connections_and_readers_never_see_half_
     thread.join()
     assert len(pg_store.files()) == 8 and seen > 1
     other.close()
+
+
+def test_a_schema_an_older_version_made_gets_its_writer_row_when_opened(pg_store, postgres_url):
+    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect, writer_lock
+
+    pg_store.conn.execute(f'DROP TABLE "{pg_store.schema}".writer')
+    reopened = PgIndexStore(connect(postgres_url), pg_store.schema, pg_store.path, create=False)
+    with writer_lock(reopened.conn, reopened.schema, "notes", wait=False):
+        assert reopened.conn.execute(f'SELECT id FROM "{pg_store.schema}".writer').fetchall() == [(1,)]
+    reopened.close()
 
 
 # --- PostgreSQL only: what a user gets wrong when connecting ------------------------------------

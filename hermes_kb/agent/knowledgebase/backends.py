@@ -55,8 +55,8 @@ class SqliteBackend:
             return None
         return st.st_dev, st.st_ino
 
-    def writer_lock(self, path: Path, name: str, wait: bool = True, on_wait=None):
-        return store.writer_lock(path, on_wait=on_wait, wait=wait)
+    def writer_lock(self, path: Path, name: str, wait: bool = True, on_wait=None, create: bool = False):
+        return store.writer_lock(path, on_wait=on_wait, wait=wait)  # the file is made by the first writer anyway
 
     def remove(self, path: Path) -> bool:
         return store.remove_index(path)
@@ -98,6 +98,7 @@ class PostgresBackend:
     def __init__(self, hermes_home: Path, url: str):
         self.hermes_home, self.url = hermes_home, url
         self._control: dict[int, object] = {}  # per thread: a connection for the questions below, kept open
+        self._held: dict[str, object] = {}  # schema -> the connection holding its writer lock in this process
 
     def _connect(self):
         from . import pg_store
@@ -180,27 +181,51 @@ class PostgresBackend:
         return None if oid is None else ("schema", oid)
 
     @contextlib.contextmanager
-    def writer_lock(self, path: Path, name: str, wait: bool = True, on_wait=None) -> Iterator[None]:
-        """The server's advisory lock (one writer per directory on every host), then this machine's
-        file lock (its derived copies are rebuilt by searches too, see KnowledgeBase._source)."""
-        from .pg_store import advisory_lock
+    def writer_lock(self, path: Path, name: str, wait: bool = True, on_wait=None,
+                    create: bool = False) -> Iterator[None]:
+        """The server's writer lock (one writer per directory on every host, pg_store.writer_lock),
+        then this machine's file lock (its derived copies are rebuilt by searches too, see
+        KnowledgeBase._source). `create` makes the index first (an index run), so that its first
+        writer holds the lock as every later one does; without it, an index the server does not
+        have takes the local lock only (there is nothing there to guard)."""
+        from .pg_store import PgIndexStore, driver, schema_oid, writer_lock
 
-        with self._connect() as conn, advisory_lock(conn, path.name, name, wait, on_wait):
-            with store.writer_lock(path, on_wait=on_wait, wait=wait):
-                _indexed_here(path).touch()  # this machine writes it (a search's catch-up does not mark it)
-                yield
+        psycopg = driver()
+        with self._connect() as conn:
+            if schema_oid(conn, path.name) is None and not create:
+                with store.writer_lock(path, on_wait=on_wait, wait=wait):
+                    yield
+                return
+            for attempt in range(2):  # made, checked (ownership, older schemas upgraded) on the lock's connection
+                try:
+                    PgIndexStore(conn, path.name, path, create=create, name=name)
+                    break
+                except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateSchema):
+                    if attempt:  # another host made it at the same moment: opened as it stands
+                        raise
+            with writer_lock(conn, path.name, name, wait, on_wait), store.writer_lock(path, on_wait=on_wait, wait=wait):
+                self._held[path.name] = conn
+                try:
+                    _indexed_here(path).touch()  # this machine writes it (a search's catch-up does not mark it)
+                    yield
+                finally:
+                    del self._held[path.name]
 
     def being_indexed(self, path: Path) -> bool:
         """Whether a process on any machine indexes this directory right now: the server's lock."""
-        from .pg_store import advisory_lock_held
+        from .pg_store import writer_held
 
-        return _locked_here(path) or bool(self._ask(advisory_lock_held, path.name))
+        return _locked_here(path) or bool(self._ask(writer_held, path.name))
 
     def remove(self, path: Path) -> bool:
-        existed = self.exists(path)
-        from .pg_store import drop_schema
+        """Drop the index; under writer_lock, on the lock's own connection (from any other, the drop
+        would wait for the lock this process holds)."""
+        from .pg_store import drop_schema, schema_oid
 
-        self._ask(drop_schema, path.name)
+        held = self._held.get(path.name)
+        existed = held is not None and schema_oid(held, path.name) is not None
+        if held is not None:
+            drop_schema(held, path.name)
         _indexed_here(path).unlink(missing_ok=True)
         return store.remove_index(path) or existed  # the local copies go with it
 

@@ -75,6 +75,11 @@ CREATE TABLE IF NOT EXISTS {s}.chunk_terms(
     tokens INTEGER NOT NULL, terms BYTEA NOT NULL, written BIGINT NOT NULL);
 CREATE INDEX IF NOT EXISTS chunk_terms_written ON {s}.chunk_terms(written);
 """
+# One row, locked FOR UPDATE by the index's writer (writer_lock); older schemas get it when opened.
+_WRITER = """
+CREATE TABLE IF NOT EXISTS {s}.writer(id INTEGER PRIMARY KEY CHECK (id = 1));
+INSERT INTO {s}.writer VALUES (1) ON CONFLICT DO NOTHING;
+"""
 # Schema 2: each chunk's term hashes as an array with a GIN index, the server's keyword index (the one
 # analyzer's terms, so it finds what the copy finds); schema 1's English tsvector goes.
 _ANALYSED = """
@@ -234,23 +239,28 @@ class PgIndexStore(StoreCommon):
             raise StoreError(f"No index for {self.name} on the server; run `hermes kb index` first.")
         if exists:
             self._check_owner()
-            self._add_facet_columns()
+            self._upgrade()
         else:
             with self.transaction():
                 conn.execute(f'CREATE SCHEMA "{schema}"')  # fails if another role created it meanwhile
-                conn.execute(_SCHEMA.format(s=f'"{schema}"') + _ANALYSED.format(s=f'"{schema}"'))
+                conn.execute("".join(part.format(s=f'"{schema}"') for part in (_SCHEMA, _ANALYSED, _WRITER)))
                 if self.meta("schema_version") is None:  # the name: other hosts list it as a folder indexed by path
                     self.set_meta(schema_version=SCHEMA_VERSION, created_at=time.time(), name=self.name,
                                   analyzer=analysis.ANALYZER)
         self._check_schema(self.name)
 
-    def _add_facet_columns(self) -> None:
-        """An older schema's files get tags and dates (filled as the next run re-reads each file)."""
+    def _upgrade(self) -> None:
+        """An older schema's files get tags and dates (filled as the next run re-reads each file), and
+        the row its writers lock. Asked first: a reader without the rights to change it still reads."""
         present = self.conn.execute("SELECT 1 FROM information_schema.columns WHERE table_schema = %s "
                                     "AND table_name = 'files' AND column_name = 'recognised'", (self.schema,)).fetchone()
         if present is None:
             with self.transaction():
                 self.conn.execute(_FACETS.format(s=f'"{self.schema}"'))
+        if self.conn.execute("SELECT to_regclass(%s) IS NULL AND has_schema_privilege(%s, 'CREATE')",
+                             (f'"{self.schema}".writer', self.schema)).fetchone()[0]:
+            with self.transaction():
+                self.conn.execute(_WRITER.format(s=f'"{self.schema}"'))
 
     def reanalyse(self) -> int:
         """Every chunk's terms made again from its stored text with this analyzer, in one transaction
@@ -258,7 +268,9 @@ class PgIndexStore(StoreCommon):
         psycopg = driver()
         try:
             with self.transaction():
-                self.conn.execute("SELECT pg_advisory_xact_lock(%s)", (_lock_key(self.schema + ":analysis"),))
+                # Hosts that open it at once re-analyse it once; readers' SELECTs pass (EXCLUSIVE needs
+                # the UPDATE right, which an advisory lock on a public key did not).
+                self.conn.execute(f"LOCK TABLE {self._t('meta')} IN EXCLUSIVE MODE")
                 if self.meta("analyzer") == analysis.ANALYZER:
                     return 0  # another host did it while this one waited
                 self.conn.execute(_ANALYSED.format(s=f'"{self.schema}"'))
@@ -723,35 +735,41 @@ def index_roots(conn, schemas: Iterable[str]) -> dict[str, dict[str, str]]:
     return found
 
 
-def _lock_key(schema: str) -> int:
-    return int.from_bytes(hashlib.blake2b(schema.encode(), digest_size=8).digest(), "big", signed=True)
-
-
-def advisory_lock_held(conn, schema: str) -> bool:
-    """Whether some session (on any host) holds the writer lock of this schema: read from pg_locks,
-    which splits a bigint key into classid (high 32 bits) and objid (low 32 bits)."""
-    key = _lock_key(schema) & 0xFFFFFFFFFFFFFFFF
-    row = conn.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
-                       "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
-                       "AND classid::bigint = %s AND objid::bigint = %s)", (key >> 32, key & 0xFFFFFFFF)).fetchone()
+def writer_held(conn, schema: str) -> bool:
+    """Whether some session (on any host) holds, or waits for, the writer lock of this schema: its
+    row lock shows in pg_locks as a granted ROW SHARE lock on the `writer` table, which no search takes."""
+    row = conn.execute("SELECT EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'relation' AND granted "
+                       "AND mode = 'RowShareLock' AND relation IN (SELECT c.oid FROM pg_class c JOIN pg_namespace n "
+                       "ON n.oid = c.relnamespace WHERE n.nspname = %s AND c.relname = 'writer') "
+                       "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()))",
+                       (schema,)).fetchone()  # by name in the catalogue: to_regclass needs the schema's USAGE
     return bool(row[0])
 
 
 @contextlib.contextmanager
-def advisory_lock(conn, schema: str, name: str, wait: bool = True, on_wait=None) -> Iterator[None]:
-    """One writer per directory across every host: a session advisory lock named by the schema, held
-    on `conn` and released by the server if this process dies. IndexBusy when taken and not waiting."""
-    key = _lock_key(schema)
-    if not conn.execute("SELECT pg_try_advisory_lock(%s)", (key,)).fetchone()[0]:
-        if not wait:
-            raise IndexBusy(f"Another process is indexing {name}; try again when it finishes.")
-        if on_wait:
-            on_wait()
-        conn.execute("SELECT pg_advisory_lock(%s)", (key,))
-    try:
+def writer_lock(conn, schema: str, name: str, wait: bool = True, on_wait=None) -> Iterator[None]:
+    """One writer per directory across every host: the one row of the index's `writer` table, locked
+    FOR UPDATE in a transaction held open on `conn` for the whole run (the server releases it if this
+    process dies; what runs on `conn` inside commits with it, or rolls back on an error). FOR UPDATE
+    needs the UPDATE right, so only a role that may write the index can hold it: the advisory lock it
+    replaces was keyed by the public schema name, and any role that could connect held it, stalling
+    the owner's runs for as long as it liked. IndexBusy when taken and not waiting."""
+    psycopg = driver()
+    table = f'"{schema}".writer'
+    with conn.transaction():
+        try:
+            with conn.transaction():  # a savepoint: the refusal leaves the transaction usable
+                conn.execute(f"SELECT 1 FROM {table} FOR UPDATE NOWAIT")
+        except psycopg.errors.InsufficientPrivilege:
+            raise StoreError(f"Your PostgreSQL role may not write the index of {name}; nothing was changed. Ask "
+                             f"its owner for write access (docs/team.md, \"Roles\").") from None
+        except psycopg.errors.LockNotAvailable:
+            if not wait:
+                raise IndexBusy(f"Another process is indexing {name}; try again when it finishes.") from None
+            if on_wait:
+                on_wait()
+            conn.execute(f"SELECT 1 FROM {table} FOR UPDATE")
         yield
-    finally:
-        conn.execute("SELECT pg_advisory_unlock(%s)", (key,))
 
 
 def _term_row(chunk_id: int, text_terms: list[str], heading_terms: list[str], written: int) -> tuple:

@@ -392,7 +392,7 @@ class KnowledgeBase:
         path = self.index_path(directory)
         reporter = progress() if progress else NullProgress()
         with self.backend.guarded(path, directory.name):
-            with self.backend.writer_lock(path, directory.name, wait=wait, on_wait=lambda: reporter.note(
+            with self.backend.writer_lock(path, directory.name, wait=wait, create=True, on_wait=lambda: reporter.note(
                     f"Waiting for another process indexing {directory.name}...")):
                 with self.backend.open(path, name=directory.name) as store:
                     # The index's own variant of the model until --full, which moves it to a new index's.
