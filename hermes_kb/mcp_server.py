@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import mimetypes
-import threading
+import weakref
 from typing import Any, Callable, TypeVar
 from urllib.parse import quote, unquote
 
@@ -32,6 +32,7 @@ from mcp.shared.exceptions import McpError
 from hermes_kb.agent.knowledgebase.citations import Citations
 from hermes_kb.agent.knowledgebase.context import QUOTE, quote_document
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase
+from hermes_kb.mcp_tokens import Grant as Access
 from hermes_kb.tools.knowledgebase_tool import ANNOTATIONS, MAX_TEXT_ARGUMENT, SCHEMAS, TOOL_ERRORS, run_tool
 from hermes_kb.tools.permissions import Permissions
 from hermes_kb.tools.registry import argument_problem
@@ -44,6 +45,8 @@ URI_TEMPLATE = "kb://{directory}/{path}"
 MAX_LISTED_RESOURCES = 1000
 READ_ALL_LINES = 1_000_000  # a resource is the whole file (the index's size limit already caps it)
 TOOLS = ("kb_search", "kb_read", "kb_status", "kb_index")  # kb_clear only with allow_clear
+ALL_TOOLS = (*TOOLS, "kb_clear")
+TOOL_SCOPES = {"kb_search": "read", "kb_read": "read", "kb_status": "read", "kb_index": "write", "kb_clear": "admin"}
 RESOURCE_NOT_FOUND = -32002  # the MCP spec's code for an unknown resource
 
 T = TypeVar("T")
@@ -178,50 +181,80 @@ def instructions(kb: KnowledgeBase) -> str:
 
 # --- the server -----------------------------------------------------------------------------
 class KnowledgebaseMCP:
-    """One KnowledgeBase (so the model loads once) behind the SDK's handlers.
+    """One KnowledgeBase (so the model loads once) behind the SDK's handlers, for every client.
 
     KB calls block (model load, embedding, SQLite), so each runs in a worker thread and the
-    event loop keeps answering; one at a time, because the facade loads its embedder and
-    memory maps lazily and is not meant for concurrent use. A cancelled call is abandoned
-    (the thread finishes or dies with the process), so closing stdin never waits for an index.
+    event loop keeps answering. Calls run side by side: the facade keeps a read connection per
+    thread, the models guard their own infer requests, and an index run takes the index's writer
+    lock, never a lock searches wait for. A cancelled call is abandoned (the thread finishes or
+    dies with the process), so closing stdin never waits for an index.
+
+    `access` says what the client of the current request may do (the HTTP server's tokens); None
+    (stdio: the user's own client) offers every tool but kb_clear, which `allow_clear` adds.
     """
 
-    def __init__(self, kb: KnowledgeBase, allow_clear: bool = False, ready: Callable[[], None] | None = None):
+    def __init__(self, kb: KnowledgeBase, allow_clear: bool = False, ready: Callable[[], None] | None = None,
+                 access: Callable[[object], Access | None] | None = None):
         self.kb = kb
         self.ready = ready  # blocks until the model loaded ahead (if any) is there
+        self.access = access or (lambda request: None)
         self.tools = (*TOOLS, "kb_clear") if allow_clear else TOOLS
         # Nobody can answer a question in MCP: ask=None, so only config switches allow more; the
-        # operator's --allow-clear is that switch for kb_clear.
+        # operator's --allow-clear (or an admin token) is that switch for kb_clear.
         config = dataclasses.replace(kb.config, allow_model_clear=True) if allow_clear else kb.config
         self.permissions = Permissions(config, ask=None)
-        self.citations = Citations()  # one client, one conversation: ids hold for the server's life
-        self._lock = threading.Lock()
+        # Each client session its own source ids, holding for the session's life.
+        self._citations: weakref.WeakKeyDictionary[object, Citations] = weakref.WeakKeyDictionary()
+        self._sessionless = Citations()  # a call made outside a session (tests driving the handlers)
 
     async def blocking(self, function: Callable[..., T], *args: Any) -> T:
-        def locked() -> T:
-            with self._lock:
-                if self.ready is not None:
-                    self.ready()
-                return function(*args)
-        return await anyio.to_thread.run_sync(locked, abandon_on_cancel=True)
+        def call() -> T:
+            if self.ready is not None:
+                self.ready()
+            return function(*args)
+        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+
+    def citations(self, session: object) -> Citations:
+        return self._sessionless if session is None else self._citations.setdefault(session, Citations())
+
+    def offered(self, access: Access | None) -> tuple[str, ...]:
+        if access is None:
+            return self.tools
+        return tuple(name for name in ALL_TOOLS if TOOL_SCOPES[name] in access.scopes)
+
+    def permissions_for(self, access: Access | None) -> Permissions:
+        """An admin token may index new folders and clear; a write token refreshes configured folders only."""
+        if access is None:
+            return self.permissions
+        admin = "admin" in access.scopes
+        return Permissions(dataclasses.replace(self.kb.config, allow_model_clear=admin,
+                                               allow_model_index_new_folders=admin), ask=None)
 
     # tools
-    def tool_list(self) -> list[types.Tool]:
+    def tool_list(self, request: object = None) -> list[types.Tool]:
         return [types.Tool(name=name, description=SCHEMAS[name]["description"],
                            inputSchema={**SCHEMAS[name]["parameters"], "additionalProperties": False},
                            annotations=types.ToolAnnotations(**ANNOTATIONS[name]))
-                for name in self.tools]
+                for name in self.offered(self.access(request))]
 
-    async def call_tool(self, name: str, arguments: dict | None) -> types.CallToolResult:
-        if name not in self.tools:
+    async def call_tool(self, name: str, arguments: dict | None, session: object = None,
+                        request: object = None) -> types.CallToolResult:
+        access = self.access(request)
+        if name not in self.offered(access):
+            if access is not None and name in TOOL_SCOPES:
+                return _error(f"{name} needs a token with the {TOOL_SCOPES[name]} scope; the token {access.name} "
+                              f"has {access.scope}.")
             hint = " (the server was started without --allow-clear)" if name == "kb_clear" else ""
             return _error(f"unknown tool {name!r}{hint}")
+        if access is not None:
+            log.info("token %s: %s", access.name, name)
         arguments = arguments or {}
         problem = argument_problem(SCHEMAS[name], arguments)
         if problem:
             return _error(f"{name}: {problem}")
         try:
-            result = await self.blocking(run_tool, name, self.kb, arguments, self.permissions, self.citations)
+            result = await self.blocking(run_tool, name, self.kb, arguments, self.permissions_for(access),
+                                         self.citations(session))
             text, structured = CONTENT[name](result)
         except TOOL_ERRORS as exc:
             return _error(str(exc))
@@ -274,21 +307,26 @@ class KnowledgebaseMCP:
 
 
 def build_server(kb: KnowledgeBase, allow_clear: bool = False, server_instructions: str | None = None,
-                 ready: Callable[[], None] | None = None) -> Server:
+                 ready: Callable[[], None] | None = None,
+                 access: Callable[[object], Access | None] | None = None) -> Server:
     """The SDK server with our handlers; `server_instructions` defaults to `instructions(kb)` (it scans);
-    `ready` is waited for before each KB call (the stdio verb loads the model ahead in a thread)."""
-    app = KnowledgebaseMCP(kb, allow_clear, ready)
+    `ready` is waited for before each KB call (the verbs load the model ahead in a thread); `access`
+    reads what the HTTP request's client may do (KnowledgebaseMCP)."""
+    app = KnowledgebaseMCP(kb, allow_clear, ready, access)
     server: Server = Server(SERVER_NAME, version=_version(),
                             instructions=server_instructions if server_instructions is not None else instructions(kb))
 
+    def request() -> object:
+        return server.request_context.request  # the HTTP request (None on stdio)
+
     @server.list_tools()
     async def list_tools() -> list[types.Tool]:
-        return app.tool_list()
+        return app.tool_list(request())
 
     # Our own validation (the registry's, same sentences as in the chat) instead of the SDK's jsonschema pass.
     @server.call_tool(validate_input=False)
     async def call_tool(name: str, arguments: dict | None) -> types.CallToolResult:
-        return await app.call_tool(name, arguments)
+        return await app.call_tool(name, arguments, server.request_context.session, request())
 
     @server.list_resources()
     async def list_resources() -> list[types.Resource]:

@@ -124,7 +124,7 @@ def test_register_declares_five_tools_the_command_the_cli_verb_and_the_hook(herm
         assert call["toolset"] == "knowledgebase" and not call["override"] and not call["is_async"]
         assert call["schema"]["name"] == name and call["schema"]["parameters"]["type"] == "object"
         assert call["schema"]["description"] and callable(call["check_fn"])
-    assert tools["kb_search"]["schema"]["parameters"]["required"] == ["query"]
+    assert {"query", "searches", "intent"} <= set(tools["kb_search"]["schema"]["parameters"]["properties"])
     assert [c["name"] for c in ctx.calls["register_command"]] == ["kb"]
     assert [c["name"] for c in ctx.calls["register_cli_command"]] == ["kb"]
     assert [c["hook_name"] for c in ctx.calls["register_hook"]] == ["pre_llm_call", "transform_llm_output"]
@@ -148,7 +148,7 @@ def test_kb_search_through_the_registered_handler_returns_cited_hits(ctx):
 
 
 def test_arguments_are_checked_against_the_schema(ctx):
-    assert "missing required argument 'query'" in run_tool(ctx, "kb_search")["error"]
+    assert "kb_search needs a query" in run_tool(ctx, "kb_search")["error"]
     assert "must be of type integer" in run_tool(ctx, "kb_search", query="x", k="3")["error"]
     assert "unknown argument" in run_tool(ctx, "kb_search", query="x", rm="-rf")["error"]
     assert "must be a JSON object" in json.loads(ctx.tool("kb_search")["handler"]("zeppelin"))["error"]
@@ -266,7 +266,7 @@ def test_hermes_kb_on_hermes_command_line_passes_every_word_to_our_parser(ctx, p
     assert json.loads(capsys.readouterr().out)["hits"][0]["path"] == "deploy.md"
     with pytest.raises(SystemExit) as exit_:
         parser.parse_args(["kb", "--help"])
-    assert exit_.value.code == 0 and "usage: hermes kb [-h] {index,search,status,clear," in capsys.readouterr().out
+    assert exit_.value.code == 0 and "{index,search,status,clear," in (usage := capsys.readouterr().out) and usage.startswith("usage: hermes kb")
     args = parser.parse_args(["kb"])
     args.func(args)  # bare `hermes kb`: our help, exit 0
     assert "hermes kb" in capsys.readouterr().out

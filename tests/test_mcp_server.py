@@ -73,7 +73,7 @@ def test_tools_schemas_and_annotations(indexed):
 
     tools = {t.name: t for t in session(kb)(check)}
     assert set(tools) == {"kb_search", "kb_read", "kb_status", "kb_index"}  # kb_clear needs --allow-clear
-    assert tools["kb_search"].inputSchema["required"] == ["query"]
+    assert tools["kb_search"].inputSchema["properties"]["searches"]["items"]["properties"]["type"]["enum"] == ["lex", "vec", "hyde"]
     assert sorted(tools["kb_search"].inputSchema["properties"]["mode"]["enum"]) == ["hybrid", "keyword", "vector"]
     assert tools["kb_search"].inputSchema["additionalProperties"] is False
     for name in ("kb_search", "kb_read", "kb_status"):
@@ -150,7 +150,7 @@ def test_a_text_in_several_files_is_one_hit_whose_other_places_stay_on_one_line(
 
 
 @pytest.mark.parametrize("arguments, message", [
-    ({}, "missing required argument 'query'"),
+    ({}, "kb_search needs a query"),
     ({"query": "fox", "k": "three"}, "argument 'k' must be of type integer"),
     ({"query": "fox", "mode": "psychic"}, "argument 'mode' must be one of"),
     ({"query": "fox", "rm": True}, "unknown argument 'rm'"),

@@ -28,6 +28,8 @@ from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, Kn
 
 from .index_progress import progress_for
 from .kb_mcp import run_mcp
+from .kb_token import add_parser as add_token_parser
+from .kb_token import run_token
 from .terminal import head_cells, printable, safe, short_path
 
 if TYPE_CHECKING:
@@ -64,7 +66,12 @@ def build_parser(prog: str = "hermes kb") -> argparse.ArgumentParser:
     index.add_argument("target", nargs="?", help="directory name or path (default: every configured directory)")
     index.add_argument("--full", action="store_true", help="re-chunk every file and re-embed on a model change")
     search = verbs.add_parser("search", help="hybrid search over the indexes")
-    search.add_argument("query", nargs="+")
+    search.add_argument("query", nargs="*", help="what to look for (with --lex/--vec/--hyde: the intent they serve)")
+    for kind, meaning in (("lex", "exact words, names, identifiers (keyword search)"),
+                          ("vec", "the question in other words (vector search)"),
+                          ("hyde", "a passage written as the answer would be (vector search)")):
+        search.add_argument(f"--{kind}", action="append", default=[], metavar="TEXT",
+                            help=f"a typed search of your own, fused with the others: {meaning}; repeatable")
     search.add_argument("-k", type=int, default=5, help="number of results (default 5)")
     search.add_argument("--dir", dest="directory", help="only this directory (name or path)")
     search.add_argument("--mode", choices=MODES, default="hybrid")
@@ -78,6 +85,7 @@ def build_parser(prog: str = "hermes kb") -> argparse.ArgumentParser:
     search.add_argument("--rerank", choices=RERANK_MODES, help="the relevance stage for this search (default: "
                                                                "knowledgebase.rerank, auto: the shipped model)")
     search.add_argument("--explain", action="store_true", help="show each hit's vector, keyword and relevance scores")
+    parser.set_defaults(search_parser=search)  # its usage, for a search that names nothing to look for
     status = verbs.add_parser("status", help="what is indexed, how big, and how stale")
     status.add_argument("target", nargs="?")
     clear = verbs.add_parser("clear", help="delete an index (the files themselves are untouched)")
@@ -90,8 +98,17 @@ def build_parser(prog: str = "hermes kb") -> argparse.ArgumentParser:
     watch = verbs.add_parser("watch", help="stay in the foreground, re-indexing files as they change")
     watch.add_argument("target", nargs="?", help="directory name or path (default: every configured directory)")
     watch.add_argument("--debounce", type=float, help="seconds of quiet before a sync (default: watch_debounce_s)")
-    mcp = verbs.add_parser("mcp", help="serve the knowledgebase to an MCP client over stdio")
-    mcp.add_argument("--allow-clear", action="store_true", help="also offer kb_clear, which deletes an index")
+    mcp = verbs.add_parser("mcp", help="serve the knowledgebase to MCP clients (stdio, or --http for a team)")
+    mcp.add_argument("--allow-clear", action="store_true",
+                     help="also offer kb_clear, which deletes an index (with tokens: admin tokens only)")
+    mcp.add_argument("--http", action="store_true", help="serve streamable HTTP at /mcp (and /health) instead of stdio")
+    mcp.add_argument("--host", default="127.0.0.1", help="address to bind with --http (default 127.0.0.1; any other "
+                                                         "needs tokens: hermes kb token add)")
+    mcp.add_argument("--port", type=int, default=8765, help="port with --http (default 8765; 0 picks a free one)")
+    mcp.add_argument("--allow-host", action="append", default=[], metavar="NAME",
+                     help="a host name clients (or your reverse proxy) use, accepted in Host/Origin; repeatable")
+    mcp.add_argument("--json", action="store_true", help="with --http: print the start line as JSON")
+    add_token_parser(verbs)
     evaluate = verbs.add_parser("eval", help="measure retrieval quality on a BEIR-layout dataset folder")
     evaluate.add_argument("dataset", help="folder with corpus.jsonl, queries.jsonl and qrels/<split>.tsv")
     evaluate.add_argument("--split", default="test", help="qrels split to evaluate (default test)")
@@ -146,10 +163,12 @@ def _print_skipped(summary, out: Console, shown: int = 20) -> None:
 
 def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     query = " ".join(args.query)
-    result = kb.search(query, k=args.k, directory=args.directory, mode=args.mode, path_glob=args.path_glob,
-                       kind=args.kind, tags=args.tags, since=args.since, before=args.before, rerank=args.rerank)
+    searches = [{"type": kind, "query": text} for kind in ("lex", "vec", "hyde") for text in getattr(args, kind)]
+    result = kb.search(searches or query, k=args.k, directory=args.directory, mode=args.mode, path_glob=args.path_glob,
+                       kind=args.kind, tags=args.tags, since=args.since, before=args.before, rerank=args.rerank,
+                       intent=query or None)
     if args.json:
-        _emit_json(out, {"query": query, "hits": [h.to_dict() for h in result.hits], "warnings": result.warnings,
+        _emit_json(out, {"query": query, **({"searches": searches} if searches else {}), "hits": [h.to_dict() for h in result.hits], "warnings": result.warnings,
                          "rerank": asdict(result.rerank) if result.rerank else None})
         return 0
     for warning in result.warnings:
@@ -506,6 +525,8 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
     parser = build_parser(prog)
     try:
         args = parsed if parsed is not None else parser.parse_args(argv)
+        if args.verb == "search" and not (args.query or args.lex or args.vec or args.hyde):
+            args.search_parser.error("a query is required (or --lex/--vec/--hyde searches)")
     except HelpRequested as shown:
         out.print(safe(str(shown)), highlight=False)
         return 0
@@ -521,7 +542,8 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
         return 1
     handlers = {"index": _index, "search": _search, "status": _status, "eval": _eval, "watch": _watch, "doctor": _doctor,
                 "clear": lambda kb, a, o, e: _clear(kb, a, o, e, confirm),
-                "mcp": lambda kb, a, o, e: run_mcp(kb, a, o, e, foreground)}
+                "mcp": lambda kb, a, o, e: run_mcp(kb, a, o, e, foreground),
+                "token": lambda kb, a, o, e: run_token(kb, a, o, e, foreground)}
     try:
         return handlers[args.verb](kb_factory(), args, out, err)
     except USER_ERRORS as exc:

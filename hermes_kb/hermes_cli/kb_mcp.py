@@ -140,6 +140,8 @@ def run_mcp(kb: KnowledgeBase, args, out: Console, err: Console, foreground: boo
     if importlib.util.find_spec("mcp") is None:
         err.print(escape(MISSING_SDK))
         return 1
+    if getattr(args, "http", False):
+        return run_http(kb, args, out, err)
     protocol = claim_stdout()  # before the SDK and the model are imported: they may print
     # Daemon: it never holds up an exit; tool calls wait for it (KnowledgebaseMCP `ready`).
     model = threading.Thread(target=_load_model, args=(kb,), name="hermes-kb model load", daemon=True)
@@ -180,6 +182,53 @@ def run_mcp(kb: KnowledgeBase, args, out: Console, err: Console, foreground: boo
         # writer lock is an flock, so ending here leaves nothing half-written.
         if _busy_threads():
             log.warning("client closed the connection during a tool call; exiting without waiting for it")
+        sys.stderr.flush()
+        os._exit(0)
+    return 0
+
+
+def run_http(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
+    """Serve streamable HTTP until interrupted (Ctrl-C, SIGTERM); returns the exit code."""
+    from hermes_kb.mcp_http import HttpSettings, ServeRefused, build_app, check_start, listen, serve
+    from hermes_kb.mcp_server import build_server, instructions
+    from hermes_kb.mcp_tokens import TokenFile, token_file
+
+    settings = HttpSettings(host=args.host, port=args.port, allowed_hosts=list(args.allow_host),
+                            allow_clear=bool(args.allow_clear))
+    tokens = TokenFile(token_file(kb.hermes_home))
+    try:
+        count = check_start(settings, tokens)
+        sock = listen(settings)
+    except ServeRefused as exc:
+        if args.json:
+            out.print(json.dumps({"error": str(exc)}), markup=False, highlight=False)
+        else:
+            err.print(f"[red]error:[/] {escape(str(exc))}")
+        return 1
+    model = threading.Thread(target=_load_model, args=(kb,), name="hermes-kb model load", daemon=True)
+    model.start()
+    from hermes_kb.mcp_http import access_of
+
+    server = build_server(kb, allow_clear=settings.allow_clear, server_instructions=instructions(kb),
+                          ready=model.join, access=access_of)
+    host, port = sock.getsockname()[:2]
+    url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/mcp"
+
+    def started() -> None:
+        if args.json:
+            print(json.dumps({"url": url, "tokens": count, "health": url[:-len("/mcp")] + "/health"}), flush=True)
+        else:
+            who = (f"{count} token{'s' if count != 1 else ''} (hermes kb token list)" if count
+                   else "no tokens: this machine only")
+            err.print(f"hermes-kb MCP server at {url}; {who}; Ctrl-C stops it.", markup=False, highlight=False)
+
+    for audited in ("hermes_kb.mcp_server", "hermes_kb.mcp_http"):  # which token did what, by name
+        logging.getLogger(audited).setLevel(logging.INFO)
+    serve(build_app(server, settings, tokens), sock, started)
+    if _busy_threads():
+        # A tool call (an index run) was still running: every write is one transaction, so ending
+        # here loses nothing indexed; waiting could take a whole run.
+        log.warning("stopped during a tool call; exiting without waiting for it")
         sys.stderr.flush()
         os._exit(0)
     return 0

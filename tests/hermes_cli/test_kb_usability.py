@@ -167,7 +167,7 @@ def test_a_dash_query_says_how_and_works_after_double_dash(tree, make_kb):
     kb.index()
     code, _, err = kb_cli(kb, "search", "--no-install-project")
     assert code == 2
-    assert ("the following arguments are required: query; to search for text starting with '-', put -- before "
+    assert ("unrecognized arguments: --no-install-project; to search for text starting with '-', put -- before "
             "it: hermes kb search -- --no-install-project") in err
     code, _, err = kb_cli(kb, "search", "--mode", "keyword", "skip", "--no-install-project")
     assert code == 2 and "hermes kb search --mode keyword -- skip --no-install-project" in err

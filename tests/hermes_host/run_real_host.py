@@ -247,7 +247,7 @@ def through_cli(venv: Path, env: dict, work: Path) -> None:
           "toolset knowledgebase, the pre_llm_call and transform_llm_output hooks and /kb", seen)
     check("kb" in seen["slash_status"] and "3" in seen["slash_status"], "/kb status lists the index", seen["slash_status"])
     check("allow_model_clear" in seen["clear"].get("error", ""), "kb_clear from a tool call is refused", seen["clear"])
-    check("missing required argument 'query'" in seen["bad_args"].get("error", ""), "bad arguments are refused",
+    check("kb_search needs a query" in seen["bad_args"].get("error", ""), "bad arguments are refused",
           seen["bad_args"])
 
 

@@ -72,7 +72,7 @@ def test_status_index_clear(tree, make_kb):
 
 
 @pytest.mark.parametrize("name, arguments, fragment", [
-    ("kb_search", "{}", "missing required argument 'query'"),
+    ("kb_search", "{}", "kb_search needs a query"),
     ("kb_search", '{"query": 5}', "argument 'query' must be of type string"),
     ("kb_search", '{"query": "x", "mode": "fuzzy"}', "must be one of hybrid, vector, keyword"),
     ("kb_search", '{"query": "x", "colour": 1}', "unknown argument 'colour'"),

@@ -612,9 +612,15 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
             by_text[text_key] = kept[-1]
         if len(kept) >= wanted or (window and window[-1][0] < options.min_score):
             break
-    if judging:
-        kept = _rerank(result, kept, query, options)[:options.k]
-    return _finish(result, _budgeted(kept, options.max_tokens))
+    return conclude(result, kept, query, options, judging)
+
+
+def conclude(result: SearchResult, hits: list[Hit], query: str, options: SearchOptions, judge: bool = True) -> SearchResult:
+    """The end of every search: the relevance stage (when asked and options name an engine), `k`,
+    then the token budget. The fused list of an agent's typed searches ends here too (typed_search)."""
+    if judge and options.reranker is not None:
+        hits = _rerank(result, hits, query, options)
+    return _finish(result, _budgeted(hits[:options.k], options.max_tokens))
 
 
 def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOptions) -> list[Hit]:

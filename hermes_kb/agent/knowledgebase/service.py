@@ -17,14 +17,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from . import derived_file, embeddings, keyword_cache, reranker, vector_cache
+from . import derived_file, embeddings, keyword_cache, reranker, typed_search, vector_cache
 from . import ocr as ocr_engine
 from .backends import backend_for
 from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, resolve_path, unique_name
 from .embeddings import EmbeddingError, ModelMismatchError, mismatch_message
 from .filters import FileTable, FilterError, SearchFilter, search_filter
 from .keyword_cache import KeywordCache, KeywordDelta
-from .retriever import QueryModel, SearchError, SearchOptions, SearchResult, SearchSource, search, well_formed
+from .retriever import QueryModel, SearchError, SearchOptions, SearchResult, SearchSource, conclude, search, well_formed
 from .scanner import FILE_KINDS, IgnoreRules, scan
 from .store import IndexBusy, IndexCorrupt, IndexStore, StoreError, index_files, writer_lock
 from .vector_cache import VectorCache, VectorDelta
@@ -408,13 +408,19 @@ class KnowledgeBase:
     def search(self, query: str, k: int = 10, directory: str | None = None, mode: str = "hybrid",
                path_glob: str | None = None, kind: str | None = None, max_tokens: int | None = None,
                min_score: float | None = None, tags: Sequence[str] | str = (), since: object = None,
-               before: object = None, rerank: str | None = None) -> SearchResult:
+               before: object = None, rerank: str | None = None, intent: str | None = None) -> SearchResult:
         """Search; hits from small files that changed since indexing are re-indexed and searched again.
         kind, path_glob, tags, since and before narrow it to the files they admit (filters.py); dates
         are ISO dates, spans such as `7d`, or epoch seconds. `rerank` overrides the configured
-        relevance stage for this search (reranker.MODES)."""
+        relevance stage for this search (reranker.MODES). `query` may also be a list of typed searches
+        ([{"type": "lex"|"vec"|"hyde", "query": ...}], typed_search.py), fused into one list and
+        judged against `intent`; `mode` is then each search's own."""
+        if isinstance(query, (list, tuple)):
+            return self._search_typed(query, intent, k=k, directory=directory, path_glob=path_glob, kind=kind,
+                                      max_tokens=max_tokens, min_score=min_score, tags=tags, since=since,
+                                      before=before, rerank=rerank)
         if not isinstance(query, str):
-            raise KnowledgebaseError("The query must be text.")
+            raise KnowledgebaseError("The query must be text, or a list of typed searches.")
         if len(query) > MAX_QUERY_CHARS:
             raise KnowledgebaseError(f"The query is {len(query):,} characters long; at most {MAX_QUERY_CHARS:,} "
                                      f"are searched, so shorten it to the words that matter.")
@@ -441,6 +447,31 @@ class KnowledgeBase:
                 except (StoreError, KnowledgebaseError) as exc:
                     log.warning("could not refresh %s before answering: %s", target.name, exc)
         return self._search(**arguments)
+
+    def _search_typed(self, searches: Sequence[object], intent: str | None, k: int, rerank: str | None,
+                      max_tokens: int | None, **narrowing) -> SearchResult:
+        """Each typed search as the search of its mode, unjudged; the fused list judged once (retriever.conclude)."""
+        try:
+            parsed = typed_search.parse(searches, MAX_QUERY_CHARS)
+        except typed_search.TypedSearchError as exc:
+            raise KnowledgebaseError(str(exc)) from None
+        if intent is not None and (not isinstance(intent, str) or len(intent) > MAX_QUERY_CHARS):
+            raise KnowledgebaseError(f"The intent must be text of at most {MAX_QUERY_CHARS:,} characters.")
+        if len(parsed) == 1:  # one variant is exactly the search of its mode
+            return self.search(parsed[0].query, k=k, mode=parsed[0].mode, max_tokens=max_tokens, rerank=rerank,
+                               **narrowing)
+
+        def run(search: typed_search.TypedQuery, candidates: int) -> SearchResult:
+            return self.search(search.query, k=candidates, mode=search.mode, rerank="off", **narrowing)
+
+        fused = typed_search.search_all(parsed, k, run)
+        judging = any(search.mode != "keyword" for search in parsed)  # keywords alone load no model, as in keyword mode
+        try:
+            engine = self.rerankers.for_mode(rerank or self.config.rerank, self.config) if judging else None
+        except reranker.RerankError as exc:
+            raise KnowledgebaseError(str(exc)) from None
+        options = SearchOptions(k=k, max_tokens=max_tokens, reranker=engine, rerank_cache=self.rerankers.cache)
+        return conclude(fused, fused.hits, well_formed(typed_search.judged_query(parsed, intent)), options)
 
     def _search(self, query: str, k: int, directory: str | None, mode: str, only: SearchFilter,
                 max_tokens: int | None, min_score: float | None, engine: reranker.Reranker | None) -> SearchResult:
