@@ -482,6 +482,51 @@ def through_mcp_client(venv: Path, env: dict, work: Path, server: FakeOpenAI) ->
           content)
 
 
+def through_mcp_http(venv: Path, env: dict, work: Path, server: FakeOpenAI) -> None:
+    """A teammate's Hermes (another HERMES_HOME, no plugin) searches the knowledgebase served over
+    streamable HTTP from the first home, with a read token, through Hermes's own MCP client."""
+    hermes = str(venv / "bin" / "hermes")
+    refused = run([hermes, "kb", "mcp", "--http", "--host", "0.0.0.0", "--port", "0"], env=env, cwd=work, timeout=120)
+    check(refused.returncode == 1 and "add a token first" in refused.stderr, "an open bind without tokens is refused",
+          refused.stderr)
+    token = must([hermes, "kb", "token", "add", "teammate", "--scope", "read"], "`hermes kb token add`",
+                 env=env, cwd=work).stdout.strip().splitlines()[-1]
+    check(token.startswith("hkb_"), "the new token is printed alone on the last line", token)
+    started = time.monotonic()
+    served = subprocess.Popen([hermes, "kb", "mcp", "--http", "--port", "0", "--json"], env=env, cwd=work, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        url = json.loads(served.stdout.readline())["url"]
+        teammate = work / "teammate-home"
+        teammate.mkdir(exist_ok=True)
+        (teammate / "config.yaml").write_text(textwrap.dedent(f"""\
+            model:
+              provider: custom
+              base_url: http://127.0.0.1:{server.port}/v1
+              default: {MODEL}
+            mcp_servers:
+              kb:
+                url: {url}
+                headers:
+                  Authorization: Bearer {token}
+            """))
+        before = len(server.chat_requests)
+        result = run([hermes, "chat", "-Q", "-q", f"{MCP_MARKER} zeppelin canary"], env={**env, "HERMES_HOME": str(teammate)},
+                     cwd=work, timeout=300)
+        check(result.returncode == 0, "a teammate's `hermes chat` with the kb server over HTTP answers",
+              result.stdout + result.stderr)
+        tool_messages = [m for r in server.chat_requests[before:] for m in r.get("messages", [])
+                         if m.get("role") == "tool" and "call_mcp_kb" in str(m.get("tool_call_id"))]
+        check(tool_messages and "blue green deploys every Tuesday" in str(tool_messages[-1]["content"]),
+              "Hermes's MCP client searched over HTTP with the token", tool_messages[-1:])
+    finally:
+        served.terminate()
+        _, errors = served.communicate(timeout=60)
+    check("token teammate: kb_search" in errors and token not in errors,
+          "the server logged which token searched, by name only", errors[-2000:])
+    print(f"$ hermes kb mcp --http  ({time.monotonic() - started:.1f} s)")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--python", default=shutil.which("python3.11") or sys.executable,
@@ -505,6 +550,7 @@ def main(argv: list[str] | None = None) -> int:
             through_gateway(venv, env, work)
             through_repl(venv, env, work)
             through_mcp_client(venv, env, work, server)
+            through_mcp_http(venv, env, work, server)
         verdict = (f"PASS: the knowledgebase plugin works inside {HERMES} (install {installed - started:.1f} s, "
                    f"host checks {time.monotonic() - installed:.1f} s)")
         code = 0
