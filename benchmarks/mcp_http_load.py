@@ -54,7 +54,8 @@ NOTES = 1_000
 def write_index(kb: KnowledgeBase, root: Path, size: int, texts, vectors, rng) -> None:
     """`size` chunks through the store of the backend `kb` names, each file on disk as recorded."""
     directory = kb.config.directories[0]
-    with kb.backend.open(kb.index_path(directory), name=directory.name) as store:
+    path = kb.index_path(directory)
+    with kb.backend.writer_lock(path, directory.name, create=True), kb.backend.open(path, name=directory.name) as store:
         store.pin_model(kb.embedder().identity)
         for file_no in range(size // CHUNKS_PER_FILE):
             chunks, block = [], []
@@ -156,19 +157,24 @@ async def load_phase(server: Server, tokens, claims, clients: int, seconds: floa
     if indexing is not None:
         index_note = "still running" if not indexing.done() else "done"
         result = await indexing
-        index_note += f"; run {'failed' if result.isError else 'finished'} at {time.perf_counter() - started:.0f} s"
+        index_note += (f"; run failed: {result.content[0].text[:120]}" if result.isError else
+                       f"; run finished at {time.perf_counter() - started:.0f} s")
     rss, peak = server.rss_mb()
     return [clients, "yes" if index else "no", f"{len(latencies) / elapsed:.1f}",
             *(f"{percentile(latencies, q):.0f}" if latencies else "-" for q in (0.5, 0.95, 0.99)),
             len(errors), f"{rss:.0f} / {peak:.0f}", index_note]
 
 
+def client_process(url: str, token: str, name: str, arguments: dict) -> subprocess.Popen:
+    """One tool call from a client process of its own (to be killed, or left to its fate)."""
+    script = ("import asyncio,sys; sys.path.insert(0, %r); from benchmarks.mcp_http_load import tool; "
+              "asyncio.run(tool(%r, %r, %r, %r))") % (str(Path(__file__).resolve().parents[1]), url, token, name, arguments)
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def killed_client(url: str, token: str, claim: str) -> str:
     """A client process killed while its search runs; then: is the next client answered, and how fast?"""
-    script = ("import asyncio,sys; sys.path.insert(0, %r); from benchmarks.mcp_http_load import tool; "
-              "asyncio.run(tool(%r, %r, 'kb_search', {'query': %r, 'k': 10}))") % (
-        str(Path(__file__).resolve().parents[1]), url, token, claim)
-    victim = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    victim = client_process(url, token, "kb_search", {"query": claim, "k": 10})
     time.sleep(2.5)  # its session is open and its search sent
     victim.kill()
     victim.wait()
@@ -182,22 +188,19 @@ def restarted(home: Path, server: Server, tokens) -> tuple[Server, str]:
     read, admin = tokens
     asyncio.run(tool(server.url, admin, "kb_clear", {"directory": "notes"}))
     port = int(server.url.rsplit(":", 1)[1].split("/")[0])
-
-    async def interrupted():
-        run = asyncio.create_task(tool(server.url, admin, "kb_index", {"directory": "notes"}))
-        await asyncio.sleep(6)
-        server.stop()
-        try:
-            await run
-        except Exception:  # noqa: BLE001 - the connection ends with the server
-            pass
-    asyncio.run(interrupted())
+    runner = client_process(server.url, admin, "kb_index", {"directory": "notes"})
+    time.sleep(4)  # the session open, a few hundred notes in
+    server.stop()
+    runner.kill()
+    runner.wait()
     server = Server(home, port)
-    status = asyncio.run(tool(server.url, read, "kb_status", {})).structuredContent["directories"]
-    kept = next(row for row in status if row["name"] == "notes")
+
+    def notes_row() -> dict:
+        rows = asyncio.run(tool(server.url, read, "kb_status", {})).structuredContent["directories"]
+        return next(row for row in rows if row["name"] == "notes")
+    kept = notes_row()
     rerun = asyncio.run(tool(server.url, admin, "kb_index", {"directory": "notes"})).structuredContent["directories"][0]
-    after = next(row for row in asyncio.run(tool(server.url, read, "kb_status", {})).structuredContent["directories"]
-                 if row["name"] == "notes")
+    after = notes_row()
     return server, (f"stopped mid-run with {kept.get('files', 0)} of {NOTES} notes indexed (health {kept.get('health')}); "
                     f"the next run added {rerun['added']}, {rerun['unchanged']} unchanged; now {after.get('files')} "
                     f"files, health {after.get('health')}")
@@ -229,8 +232,10 @@ def main() -> None:
                         rows.append([backend, *row])
                         print(rows[-1], file=sys.stderr)
                 events.append([backend, "client killed mid-request", killed_client(server.url, tokens[0], claims[1])])
+                print(events[-1], file=sys.stderr)
                 server, outcome = restarted(home, server, tokens)
                 events.append([backend, "server stopped mid-run, started again", outcome])
+                print(events[-1], file=sys.stderr)
                 server.stop()
             finally:
                 if pg:

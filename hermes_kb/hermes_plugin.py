@@ -125,6 +125,8 @@ class KnowledgebasePlugin:
         if cached is not None and cached[0] == stamp:
             return cached[1]
         config = kb_config_file.load_kb_config(home)
+        for warning in config.warnings:  # once per change of the file: a mistyped tuning key costs only itself
+            log.warning("%s", warning)
         self._configs[home] = (stamp, config)
         return config
 

@@ -24,8 +24,12 @@ commands:
 
 
 def make_kb() -> KnowledgeBase:
-    """Read config at call time: HERMES_HOME may have changed since start-up."""
-    return KnowledgeBase(hermes_config.load_kb_config(), hermes_config.hermes_home())
+    """Read config at call time: HERMES_HOME may have changed since start-up. Settings it had to
+    ignore are said on stderr (a process here is one command: said once)."""
+    config = hermes_config.load_kb_config()
+    for warning in config.warnings:
+        print(f"warning: {printable(warning)}", file=sys.stderr)
+    return KnowledgeBase(config, hermes_config.hermes_home())
 
 
 def _chat(argv: list[str], out: Console, err: Console) -> int:

@@ -59,19 +59,22 @@ def did_you_mean(key: Any, known: Any) -> str | None:
     return close[0] if close else None
 
 
+def unknown_key(key: Any, known: tuple[str, ...], where: str, of: str = "", listing: str | None = None) -> str:
+    """The sentence for a key not in `known`: the key, then the closest known key, or else what the
+    mapping accepts (`listing`, by default the known keys)."""
+    plain = isinstance(key, str) and key.isprintable() and key.strip() == key != ""
+    message = f"{where}{key if plain else show(key)} is not a known setting{of}"
+    close = did_you_mean(key, known)
+    if close:
+        return f"{message}; did you mean {close}?"
+    return f"{message}{listing if listing is not None else ', which accepts ' + ', '.join(known)}."
+
+
 def check_keys(mapping: dict, known: tuple[str, ...], where: str, of: str = "", listing: str | None = None) -> None:
-    """Reject the first key of `mapping` not in `known` in one sentence: the key, then the closest known
-    key, or else what the mapping accepts (`listing`, by default the known keys)."""
+    """Reject the first key of `mapping` not in `known` in one sentence (unknown_key)."""
     for key in mapping:
-        if key in known:
-            continue
-        plain = isinstance(key, str) and key.isprintable() and key.strip() == key != ""
-        name = key if plain else show(key)
-        message = f"{where}{name} is not a known setting{of}"
-        close = did_you_mean(key, known)
-        if close:
-            raise ConfigError(f"{message}; did you mean {close}?")
-        raise ConfigError(f"{message}{listing if listing is not None else ', which accepts ' + ', '.join(known)}.")
+        if key not in known:
+            raise ConfigError(unknown_key(key, known, where, of, listing))
 
 
 @dataclass(frozen=True)
@@ -164,6 +167,8 @@ class KnowledgebaseConfig:
     # /kb in a shared Hermes gateway: chat members may do what the owner may (see hermes_cli/chat_member.py).
     gateway_full_access: bool = False
     allow_secrets: tuple[str, ...] = ()  # globs of files indexed whole, secrets and all (opt-in, per file)
+    # Settings that were misspelt or out of range and so ignored (parse_knowledgebase), one sentence each.
+    warnings: tuple[str, ...] = field(default=(), compare=False)
 
     def directory(self, name_or_path: str) -> DirectoryConfig | None:
         """Find a configured directory by name or by path."""
@@ -313,6 +318,9 @@ _SCALARS: dict[str, Callable[[str, Any], Any]] = {
 _CHUNKING_KEYS = {"chunk_size": _number(int, 32, 2000), "chunk_overlap": _number(int, 0, 1000)}
 # `embedding` is an older spelling of `embedding_model`, still read.
 _KNOWN_TOP = (*_SCALARS, *_CHUNKING_KEYS, "directories", "embedding_model", "embedding", "store")
+# Settings whose bad value is refused rather than ignored: ignoring `exclude` would index what the user
+# meant to keep out. A bad tuning number or switch costs only itself: warned about, its default used.
+_STRICT = ("exclude",)
 _KNOWN_DIRECTORY = ("path", "name", "index_path", "exclude", "embedding_model", *_CHUNKING_KEYS)
 _KNOWN_EMBEDDING = ("backend", "model", "model_path", "base_url", "api_key_env", "batch_size", "runtime",
                     "int8_activations")
@@ -456,10 +464,20 @@ def parse_knowledgebase(section: Any) -> KnowledgebaseConfig:
         section = {}
     if not isinstance(section, dict):
         raise ConfigError(f"knowledgebase must be a mapping of settings, not {show(section)}.")
-    check_keys(section, _KNOWN_TOP, "knowledgebase.", listing=" (see config.example.yaml)")
-    values = {key: check(key, section[key]) for key, check in _SCALARS.items() if key in section}
+    warnings = [unknown_key(key, _KNOWN_TOP, "knowledgebase.", listing=" (see config.example.yaml)") + " It is ignored."
+                for key in section if key not in _KNOWN_TOP]
+    values = {}
+    for key, check in _SCALARS.items():
+        if key not in section:
+            continue
+        try:
+            values[key] = check(key, section[key])
+        except ConfigError as exc:
+            if key in _STRICT:
+                raise
+            warnings.append(f"{exc} It is ignored: the default, {show(getattr(KnowledgebaseConfig, key))}, applies.")
     config = KnowledgebaseConfig(**values, embedding=_embedding(section), store=_store(section),
-                                 chunking=_chunking(section, "", ChunkingConfig()))
+                                 chunking=_chunking(section, "", ChunkingConfig()), warnings=tuple(warnings))
     raw_dirs = section.get("directories")
     if raw_dirs is None:
         raw_dirs = []
