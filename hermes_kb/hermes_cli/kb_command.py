@@ -364,8 +364,14 @@ def _doctor(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     return 1 if unresolved else 0
 
 
-def _clear(kb: KnowledgeBase, args, out: Console, err: Console, confirm: Callable[[str], bool]) -> int:
+def _clear(kb: KnowledgeBase, args, out: Console, err: Console, confirm: Callable[[str], bool],
+           foreground: bool = True) -> int:
     names = [name for name, _ in kb.clear_targets(args.target)]
+    if not args.target and not foreground and len(names) > 1:
+        # A slash command cannot be confirmed where it is typed (a gateway chat, the REPL's --yes): one
+        # name at a time there; every index at once only from a terminal.
+        raise KnowledgebaseError(f"Name the index to clear ({', '.join(names)}): /kb clear NAME. Clearing every index "
+                                 f"at once is done from a terminal: hermes kb clear.")
     try:
         confirmed = args.yes or confirm(f"Delete the index of {printable(', '.join(names))}? Your files are not touched. [y/N] ")
     except NoTerminal:
@@ -541,7 +547,7 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
         err.print(safe(watch_hint))
         return 1
     handlers = {"index": _index, "search": _search, "status": _status, "eval": _eval, "watch": _watch, "doctor": _doctor,
-                "clear": lambda kb, a, o, e: _clear(kb, a, o, e, confirm),
+                "clear": lambda kb, a, o, e: _clear(kb, a, o, e, confirm, foreground),
                 "mcp": lambda kb, a, o, e: run_mcp(kb, a, o, e, foreground),
                 "token": lambda kb, a, o, e: run_token(kb, a, o, e, foreground)}
     try:

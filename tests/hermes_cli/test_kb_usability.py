@@ -205,6 +205,20 @@ def test_clear_without_yes_and_without_a_terminal_says_add_yes(tmp_path):
                                      "add --yes.")
 
 
+def test_a_slash_clear_without_a_name_clears_nothing_and_asks_for_one(tree, tmp_path, make_kb):
+    """`/kb clear --yes` with no name cleared every index (issue #52, 5): nothing can be confirmed in a
+    slash command, so there it takes one name; the terminal's `hermes kb clear` still clears all."""
+    kb = make_kb(tree({"a.md": "alpha"}, tmp_path / "one"), tree({"b.md": "beta"}, tmp_path / "two"))
+    kb.index()
+    out, err = consoles()
+    assert run_slash_kb("clear --yes", lambda: kb, out, err) == 1
+    assert "Name the index to clear (one, two): /kb clear NAME" in err.export_text()
+    assert all(row["indexed"] for row in kb.status())
+    out, err = consoles()
+    assert run_slash_kb("clear one --yes", lambda: kb, out, err) == 0 and "Cleared: one" in out.export_text()
+    assert kb_cli(kb, "clear", "--yes")[0] == 0 and not any(row["indexed"] for row in kb.status())
+
+
 # --- 13: status at 80 and 120 columns, and an index being built -------------------------------------
 
 @pytest.mark.parametrize("width", [80, 120])
