@@ -201,9 +201,10 @@ def restarted(home: Path, server: Server, tokens) -> tuple[Server, str]:
     kept = notes_row()
     rerun = asyncio.run(tool(server.url, admin, "kb_index", {"directory": "notes"})).structuredContent["directories"][0]
     after = notes_row()
-    return server, (f"stopped mid-run with {kept.get('files', 0)} of {NOTES} notes indexed (health {kept.get('health')}); "
-                    f"the next run added {rerun['added']}, {rerun['unchanged']} unchanged; now {after.get('files')} "
-                    f"files, health {after.get('health')}")
+    return server, (f"stopped mid-run: {kept.get('files', 0)} of {NOTES} notes recorded, {kept.get('vectors', 0)} "
+                    f"vectors (health {kept.get('health')}); the next run: {rerun['added']} added, {rerun['changed']} "
+                    f"finished, {rerun['unchanged']} unchanged, {rerun['chunks_embedded']} embedded; now "
+                    f"{after.get('files')} files, {after.get('vectors')} vectors, health {after.get('health')}")
 
 
 def main() -> None:
