@@ -41,7 +41,7 @@ from typing import Any, Callable
 from hermes_kb.agent.knowledgebase.citations import Citations
 from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfig
 from hermes_kb.agent.knowledgebase.context import BLOCK_FOOTER, BLOCK_HEADER, AutoRetriever, is_trivial, render_block
-from hermes_kb.agent.knowledgebase.service import KnowledgeBase, KnowledgebaseError
+from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
 from hermes_kb import host_judge
 from hermes_kb.hermes_cli import config as kb_config_file
 from hermes_kb.hermes_cli.background_index import BackgroundIndex, text_console
@@ -244,9 +244,17 @@ class KnowledgebasePlugin:
                           markup=False)
             return False
         # The run gets the line as it was judged (member_refusal resolves a folder to its index's name).
-        options = {"confirm": refuse, "watch_hint": HERMES_WATCH_HINT, "parsed": args}
+        try:
+            watching = self.config().watch_for_changes
+        except ConfigError:
+            watching = False
+        options = {"confirm": refuse, "watch_hint": HERMES_WATCHING if watching else HERMES_WATCH_HINT, "parsed": args}
         verb = args.verb if args is not None else None
         if verb == "index":
+            try:  # a folder that cannot be indexed is said now, not announced as a run first
+                self.kb().targets(args.target)
+            except USER_ERRORS as exc:
+                return f"error: {exc}"
             return self.background.start(
                 " ".join(raw_args.split()),
                 lambda out, err, progress: run_slash_kb(raw_args, self.kb, out, err, progress=progress, **options),
@@ -376,6 +384,8 @@ class KnowledgebasePlugin:
 
 HERMES_WATCH_HINT = ("Inside Hermes, set knowledgebase.watch_for_changes: true in config.yaml to keep the configured "
                      "folders fresh while Hermes runs; /kb index refreshes them now.")
+HERMES_WATCHING = ("Inside Hermes, watch_for_changes is on: the configured folders are re-indexed as their files change, "
+                   "for as long as Hermes runs; /kb index refreshes them now.")
 
 
 def _announce_at_terminal(text: str) -> None:

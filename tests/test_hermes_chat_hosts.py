@@ -154,8 +154,17 @@ def test_the_terminal_is_the_owner(plugin, tmp_path):
     assert "Cleared: docs" in plugin.slash_command("clear docs --yes")
 
 
-def test_watch_in_hermes_points_at_what_works_there(plugin):
-    assert "watch_for_changes" in plugin.slash_command("watch") and "Inside Hermes" in plugin.slash_command("watch")
+def test_a_folder_that_cannot_be_indexed_is_said_at_once_not_announced_first(plugin, tmp_path):
+    reply = plugin.slash_command(f"index {tmp_path / 'does-not-exist'}")
+    assert reply.startswith("error:") and "does-not-exist" in reply and "background" not in reply
+    assert plugin.background.describe() is None  # no run was started
+
+
+def test_watch_in_hermes_points_at_what_works_there(plugin, docs, write_config):
+    assert "set knowledgebase.watch_for_changes: true" in plugin.slash_command("watch")
+    write_config({"directories": [{"path": str(docs), "name": "docs"}], "watch_for_changes": True})
+    reply = plugin.slash_command("watch")
+    assert "watch_for_changes is on" in reply and "set knowledgebase" not in reply  # no advice to do what is done
 
 
 # --- one citation scheme for the session ------------------------------------------------------
