@@ -497,10 +497,17 @@ def ask_terminal(prompt: str) -> bool:
 
 
 def _with_dash_hint(message: str, argv: list[str], parser: argparse.ArgumentParser, prog: str) -> str:
-    """A search for text starting with '-' reads as an unknown option: say how to search for it."""
+    """A search for text starting with '-' reads as an unknown option: say how to search for it. A
+    misspelt verb gets the verb it was probably meant to be."""
+    verbs = parser._subparsers._group_actions[0].choices  # argparse keeps no public handle on them
+    if argv and argv[0] not in verbs and not argv[0].startswith("-"):
+        close = difflib.get_close_matches(argv[0], list(verbs), n=1, cutoff=0.6)
+        if close:
+            first, _, usage = message.partition("\n")
+            return f"{first}; did you mean {close[0]}?\n{usage}"
     if not argv or argv[0] != "search" or "--" in argv:
         return message
-    search = parser._subparsers._group_actions[0].choices["search"]  # argparse keeps no public handle on it
+    search = verbs["search"]
     options, words, tokens = [], [], iter(argv[1:])
     for token in tokens:
         action = search._option_string_actions.get(token.split("=", 1)[0])

@@ -219,6 +219,17 @@ def test_a_slash_clear_without_a_name_clears_nothing_and_asks_for_one(tree, tmp_
     assert kb_cli(kb, "clear", "--yes")[0] == 0 and not any(row["indexed"] for row in kb.status())
 
 
+def test_a_misspelt_verb_or_directory_gets_what_was_probably_meant(tree, make_kb):
+    kb = make_kb(tree({"a.md": "# A\n\nalpha apples\n"}))
+    kb.index()
+    code, _, err = kb_cli(kb, "serch", "alpha")
+    assert code == 2 and "did you mean search?" in err
+    code, _, err = kb_cli(kb, "search", "alpha", "--dir", "doc")
+    assert code == 1 and "did you mean docs?" in err
+    code, _, err = kb_cli(kb, "search", "alpha", "--dir", "zzz")
+    assert code == 1 and "(the directories: docs)" in err
+
+
 # --- 13: status at 80 and 120 columns, and an index being built -------------------------------------
 
 @pytest.mark.parametrize("width", [80, 120])

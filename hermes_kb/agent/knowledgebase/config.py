@@ -208,7 +208,9 @@ class KnowledgebaseConfig:
             raise ConfigError("A folder path is needed, not an empty string.")
         root = resolve_path(path, "a folder path")
         if not root.is_dir():
-            raise ConfigError(f"{path} is neither the name of a knowledgebase directory nor an existing folder.")
+            close = did_you_mean(path, taken)
+            hint = f"; did you mean {close}?" if close else (f" (the directories: {', '.join(sorted(taken))})." if taken else ".")
+            raise ConfigError(f"{path} is neither the name of a knowledgebase directory nor an existing folder{hint}")
         return DirectoryConfig(path=root, name=unique_name(root, taken), chunking=self.chunking)
 
 
