@@ -318,9 +318,11 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     for row in rows:
         count = row.get("files_with_errors", 0) - row.get("waiting_for_ocr", 0)  # those are said below
         if count > 0:
-            out.print(f"note: {count} file{'s' if count > 1 else ''} of {safe(row['name'])} could not be indexed "
-                      f"(binary or unreadable); `hermes kb index {safe(row['name'])} --full` lists "
-                      f"{'them' if count > 1 else 'it'}.")
+            reasons = "; ".join(f"{skip['reason']}" + (f" ({skip['files']} files)" if skip["files"] > 1 else "")
+                                for skip in row.get("skipped", []))
+            out.print(f"note: {count} file{'s' if count > 1 else ''} of {safe(row['name'])} could not be indexed: "
+                      f"{safe(reasons)}. `hermes kb index {safe(row['name'])} --full` lists "
+                      f"{'them' if count > 1 else 'it'}.", highlight=False)
         if row.get("problem") and row["state"] == "indexing":
             continue  # not an orphan: its first run is under way
         if row.get("problem"):

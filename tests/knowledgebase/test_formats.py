@@ -400,3 +400,36 @@ def test_a_long_code_cell_is_cut_at_its_functions_under_the_cells_heading():
     scored = [c for c in chunks if "def step_score" in c.text]
     assert len(scored) == 1 and "def step_report" not in scored[0].text and scored[0].page == 2  # cell 2
     assert any("```python\nstep_load([])\n```" in c.text for c in chunks)  # a short cell stays whole (joined, not cut)
+
+
+def test_a_file_skipped_for_a_missing_library_is_read_once_the_library_is_there(tree, make_kb):
+    """Issue #52, 2: a deck skipped before `pip install '...[office]'` stayed unread (its stat had not
+    changed) and status called it binary or unreadable. The skip names the module; a run that finds
+    it importable reads the file again, and status says each skip's own reason."""
+    from hermes_kb.agent.knowledgebase.formats import _library, cured_skip
+    from hermes_kb.agent.knowledgebase.loaders import LoadError
+
+    with pytest.raises(LoadError) as missing:
+        _library("no_such_module_xyz", "Foo")
+    assert "(the Python module no_such_module_xyz is not installed)" in str(missing.value)
+    assert not cured_skip(str(missing.value)) and not cured_skip(None) and not cured_skip("encrypted")
+    root = tree({"deck.pptx": pptx_bytes(), "a.md": "# A\n\nalpha\n", "broken.pdf": b"%PDF-1.4 not really"})
+    kb = make_kb(root)
+    kb.index()
+    path = kb.index_path(kb.config.directories[0])
+    with kb.backend.open(path) as store:  # as a run before the extra was installed left it
+        stat = (root / "deck.pptx").stat()
+        store.write_file("deck.pptx", stat.st_size, stat.st_mtime_ns, "old", "pptx", [], None,
+                         error=str(LoadError(_missing_pptx())))
+    [row] = kb.status()
+    assert {skip["reason"] for skip in row["skipped"]} >= {_missing_pptx()}
+    [summary] = kb.index()
+    assert summary.changed == 1 and summary.unchanged == 2
+    assert kb.search("Lisbon office", mode="keyword").hits[0].path == "deck.pptx"
+    assert _missing_pptx() not in str(kb.status()[0].get("skipped"))
+
+
+def _missing_pptx() -> str:
+    from hermes_kb.agent.knowledgebase.formats import missing_extra
+
+    return missing_extra("PowerPoint", "pptx", "office")

@@ -348,7 +348,30 @@ def _library(module: str, package: str):
     try:
         return __import__(module, fromlist=["_"])
     except ImportError:
-        raise LoadError(f"{package} files need the optional extra: pip install 'hermes-knowledgebase[office]'") from None
+        raise LoadError(missing_extra(package, module, "office")) from None
+
+
+# A skip for a missing library names it in this shape, so the next run can see the cure has arrived
+# (cured_skip) and read the file again, whatever its stat: as files waiting for OCR are.
+_MISSING_EXTRA = re.compile(r"\(the Python module ([\w.]+) is not installed\)")
+
+
+def missing_extra(what: str, module: str, extra: str) -> str:
+    return (f"{what} files need the optional extra (the Python module {module} is not installed): "
+            f"pip install 'hermes-knowledgebase[{extra}]'")
+
+
+def cured_skip(error: str | None) -> bool:
+    """Whether a file skipped for a missing module can be read now: the module is importable."""
+    import importlib.util
+
+    found = _MISSING_EXTRA.search(error or "")
+    if found is None:
+        return False
+    try:
+        return importlib.util.find_spec(found.group(1)) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def _parts(sections: list[str], kind: str) -> Document:

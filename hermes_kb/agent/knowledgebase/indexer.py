@@ -36,6 +36,7 @@ from .chunker import chunk_document, chunker_signature
 from .config import DirectoryConfig, KnowledgebaseConfig
 from .embeddings import Embedder, EmbeddingError, ModelMismatchError, cosine_baseline, mismatch_message
 from .file_access import read_inside
+from .formats import cured_skip
 from . import ocr as ocr_engine
 from .extraction import Extractor
 from .ocr import Ocr
@@ -181,9 +182,10 @@ class _Run:
         with contextlib.suppress(ModelMismatchError, EmbeddingError):
             self.store.set_meta(cosine_baseline=round(cosine_baseline(self._embedder()), 4))
 
-    def _ocr_now(self, row: FileRow) -> bool:
-        """A file left to wait for OCR, now that OCR is there: read again, whatever its stat."""
-        return self.ocr is not None and (row.error or "").startswith(ocr_engine.MISSING)
+    def _cured(self, row: FileRow) -> bool:
+        """A skip whose cure has arrived, read again whatever its stat: a file left to wait for OCR, now
+        that OCR is there, or one that needed a library now installed (formats.cured_skip)."""
+        return (self.ocr is not None and (row.error or "").startswith(ocr_engine.MISSING)) or cured_skip(row.error)
 
     def embed_waiting(self, wait: bool = True, batches: int | None = None) -> None:
         """Vectors for the chunks written without them, a batch at a time (progress moves, a crash
@@ -281,7 +283,7 @@ class _Run:
             self.progress.advance(files=1, chunked_bytes=file.size)
             return True
         digest = content_hash(data)
-        if row is not None and row.content_hash == digest and not rechunk and not self._ocr_now(row):
+        if row is not None and row.content_hash == digest and not rechunk and not self._cured(row):
             self.store.touch_file(row.id, file.size, file.mtime_ns)
             self.summary.unchanged += 1
             self.progress.advance(files=1, chunked_bytes=file.size)
@@ -369,7 +371,7 @@ class _Run:
         for file in scanned.files:
             row = existing.get(file.rel_path)
             if row is not None and not rechunk and row.size == file.size and row.mtime_ns == file.mtime_ns \
-                    and file.rel_path not in unfinished and not self._ocr_now(row):
+                    and file.rel_path not in unfinished and not self._cured(row):
                 self.summary.unchanged += 1  # a file skipped when it changed is not reported again
             else:
                 todo.append((file, row))

@@ -827,7 +827,7 @@ def _docx(data: bytes, kind: str) -> Document:
     try:
         import docx
     except ImportError:
-        raise LoadError("DOCX support needs the optional extra: pip install 'hermes-knowledgebase[docx]'") from None
+        raise LoadError(missing_extra("DOCX", "docx", "docx")) from None
     check_archive(data)
     try:  # python-docx surfaces zip and xml errors directly, while opening and while reading parts
         document = docx.Document(BytesIO(data))
@@ -893,6 +893,6 @@ def load(data: bytes, kind: str, ocr=None) -> Document:
         raise LoadError(f"unreadable {kind} file ({type(exc).__name__}: {exc})") from None
 
 
-from .formats import EXTRA_LOADERS  # noqa: E402  (formats builds on this module's Document and helpers)
+from .formats import EXTRA_LOADERS, missing_extra  # noqa: E402  (formats builds on this module's Document and helpers)
 
 LOADERS.update(EXTRA_LOADERS)

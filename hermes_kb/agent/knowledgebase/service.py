@@ -7,6 +7,7 @@ keyword search never pay for it).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import logging
 import os
@@ -805,6 +806,10 @@ class KnowledgeBase:
                 row["keyword_cache"] = "off"
             row["size_bytes"] = store.size_bytes()
             waiting = sum(1 for f in known.values() if (f.error or "").startswith(ocr_engine.MISSING))
+            reasons = collections.Counter(f.error for f in known.values()
+                                          if f.error and not f.error.startswith(ocr_engine.MISSING))
+            if reasons:  # each skip's own reason, the commonest first
+                row["skipped"] = [{"reason": reason, "files": count} for reason, count in reasons.most_common(5)]
             if waiting:
                 row["waiting_for_ocr"] = waiting
                 row["ocr"] = (f"{waiting} file{'s' * (waiting > 1)} of {directory.name} (scans, pictures) wait for OCR: "
