@@ -406,8 +406,8 @@ def test_a_file_skipped_for_a_missing_library_is_read_once_the_library_is_there(
     """Issue #52, 2: a deck skipped before `pip install '...[office]'` stayed unread (its stat had not
     changed) and status called it binary or unreadable. The skip names the module; a run that finds
     it importable reads the file again, and status says each skip's own reason."""
-    from hermes_kb.agent.knowledgebase.formats import _library, cured_skip
-    from hermes_kb.agent.knowledgebase.loaders import LoadError
+    from hermes_kb.agent.knowledgebase.formats import _library
+    from hermes_kb.agent.knowledgebase.loaders import LoadError, cured_skip
 
     with pytest.raises(LoadError) as missing:
         _library("no_such_module_xyz", "Foo")
@@ -430,6 +430,6 @@ def test_a_file_skipped_for_a_missing_library_is_read_once_the_library_is_there(
 
 
 def _missing_pptx() -> str:
-    from hermes_kb.agent.knowledgebase.formats import missing_extra
+    from hermes_kb.agent.knowledgebase.loaders import missing_extra
 
     return missing_extra("PowerPoint", "pptx", "office")

@@ -35,7 +35,7 @@ if TYPE_CHECKING:  # the email package loads with the first message: ~20 ms ever
     from email.message import EmailMessage
 
 from .filters import DATE_KEYS, FileMetadata, front_matter_date
-from .loaders import Document, LoadError, check_archive, decode_text, html_document
+from .loaders import Document, LoadError, check_archive, decode_text, html_document, missing_extra
 
 MAX_OUTPUT_CHARS = 2_000  # of a code cell's text outputs: a training log is not worth 50 chunks
 MAX_TABLE_ROWS = 100_000
@@ -349,29 +349,6 @@ def _library(module: str, package: str):
         return __import__(module, fromlist=["_"])
     except ImportError:
         raise LoadError(missing_extra(package, module, "office")) from None
-
-
-# A skip for a missing library names it in this shape, so the next run can see the cure has arrived
-# (cured_skip) and read the file again, whatever its stat: as files waiting for OCR are.
-_MISSING_EXTRA = re.compile(r"\(the Python module ([\w.]+) is not installed\)")
-
-
-def missing_extra(what: str, module: str, extra: str) -> str:
-    return (f"{what} files need the optional extra (the Python module {module} is not installed): "
-            f"pip install 'hermes-knowledgebase[{extra}]'")
-
-
-def cured_skip(error: str | None) -> bool:
-    """Whether a file skipped for a missing module can be read now: the module is importable."""
-    import importlib.util
-
-    found = _MISSING_EXTRA.search(error or "")
-    if found is None:
-        return False
-    try:
-        return importlib.util.find_spec(found.group(1)) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def _parts(sections: list[str], kind: str) -> Document:

@@ -36,7 +36,7 @@ from .chunker import chunk_document, chunker_signature
 from .config import DirectoryConfig, KnowledgebaseConfig
 from .embeddings import Embedder, EmbeddingError, ModelMismatchError, cosine_baseline, mismatch_message
 from .file_access import read_inside
-from .formats import cured_skip
+from .loaders import cured_skip
 from . import ocr as ocr_engine
 from .extraction import Extractor
 from .ocr import Ocr
@@ -184,7 +184,7 @@ class _Run:
 
     def _cured(self, row: FileRow) -> bool:
         """A skip whose cure has arrived, read again whatever its stat: a file left to wait for OCR, now
-        that OCR is there, or one that needed a library now installed (formats.cured_skip)."""
+        that OCR is there, or one that needed a library now installed (loaders.cured_skip)."""
         return (self.ocr is not None and (row.error or "").startswith(ocr_engine.MISSING)) or cured_skip(row.error)
 
     def embed_waiting(self, wait: bool = True, batches: int | None = None) -> None:

@@ -31,6 +31,29 @@ class LoadError(Exception):
     """The file cannot be turned into text; the message is the skip reason."""
 
 
+# A skip for a missing library names it in this shape, so the next run can see the cure has arrived
+# (cured_skip) and read the file again, whatever its stat: as files waiting for OCR are.
+_MISSING_EXTRA = re.compile(r"\(the Python module ([\w.]+) is not installed\)")
+
+
+def missing_extra(what: str, module: str, extra: str) -> str:
+    return (f"{what} files need the optional extra (the Python module {module} is not installed): "
+            f"pip install 'hermes-knowledgebase[{extra}]'")
+
+
+def cured_skip(error: str | None) -> bool:
+    """Whether a file skipped for a missing module can be read now: the module is importable."""
+    import importlib.util
+
+    found = _MISSING_EXTRA.search(error or "")
+    if found is None:
+        return False
+    try:
+        return importlib.util.find_spec(found.group(1)) is not None
+    except (ImportError, ValueError):
+        return False
+
+
 @dataclass(frozen=True)
 class Document:
     text: str
@@ -893,6 +916,6 @@ def load(data: bytes, kind: str, ocr=None) -> Document:
         raise LoadError(f"unreadable {kind} file ({type(exc).__name__}: {exc})") from None
 
 
-from .formats import EXTRA_LOADERS, missing_extra  # noqa: E402  (formats builds on this module's Document and helpers)
+from .formats import EXTRA_LOADERS  # noqa: E402  (formats builds on this module's Document and helpers)
 
 LOADERS.update(EXTRA_LOADERS)
