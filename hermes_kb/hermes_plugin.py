@@ -183,6 +183,12 @@ class KnowledgebasePlugin:
         except Exception:  # ConfigError, or anything else: never raised into Hermes
             return name != "kb_clear"
 
+    def _clear_allowed(self) -> bool:
+        try:
+            return self.config().allow_model_clear
+        except Exception:  # noqa: BLE001 - a broken config is said by the other tools
+            return False
+
     def tool_handler(self, name: str) -> Callable[..., str]:
         """Hermes calls handler(args, **context) and does not check args against the schema: do it
         here, as our own registry does, then run the shared handler."""
@@ -370,6 +376,10 @@ class KnowledgebasePlugin:
         if judge is not None and self._make_kb is KnowledgeBase:
             self._make_kb = lambda config, home: KnowledgeBase(config, home, judge=judge)
         for name in HANDLERS:
+            if name == "kb_clear" and not self._clear_allowed():
+                # Registered only where config lets it run: a tool whose check_fn says no is logged as a
+                # warning in Hermes's errors.log on every start. allow_model_clear applies at the next start.
+                continue
             ctx.register_tool(name=name, toolset=TOOLSET, schema={**SCHEMAS[name], "name": name},
                               handler=self.tool_handler(name), check_fn=lambda name=name: self.tool_offered(name),
                               description=SCHEMAS[name]["description"], emoji=EMOJI)

@@ -119,7 +119,7 @@ def test_register_declares_five_tools_the_command_the_cli_verb_and_the_hook(herm
     ctx = FakeContext()
     hermes_plugin.register(ctx)  # the entry point itself, with the real KnowledgeBase
     tools = {call["name"]: call for call in ctx.calls["register_tool"]}
-    assert set(tools) == {"kb_search", "kb_read", "kb_index", "kb_status", "kb_clear"}
+    assert set(tools) == {"kb_search", "kb_read", "kb_index", "kb_status"}  # kb_clear: only where config allows it
     for name, call in tools.items():
         assert call["toolset"] == "knowledgebase" and not call["override"] and not call["is_async"]
         assert call["schema"]["name"] == name and call["schema"]["parameters"]["type"] == "object"
@@ -155,25 +155,26 @@ def test_arguments_are_checked_against_the_schema(ctx):
 
 
 def test_kb_clear_and_indexing_a_new_folder_are_refused(ctx, tmp_path):
-    result = run_tool(ctx, "kb_clear", directory="docs")
-    assert "allow_model_clear" in result["error"]
+    assert "kb_clear" not in {call["name"] for call in ctx.calls["register_tool"]}  # not even offered
     other = tmp_path / "elsewhere"
     other.mkdir()
     assert "allow_model_index_new_folders" in run_tool(ctx, "kb_index", directory=str(other))["error"]
     assert run_tool(ctx, "kb_status")[0]["files"] == 2  # nothing was cleared
 
 
-def test_config_switch_allows_clear(ctx, docs, write_config, store):
+def test_config_switch_allows_clear(ctx, plugin, docs, write_config, store):
     write_config({"directories": [str(docs)], "allow_model_clear": True, **store})
-    assert run_tool(ctx, "kb_clear", directory="docs") == {"cleared": ["docs"]}
+    restarted = FakeContext()  # allow_model_clear applies from Hermes's next start
+    plugin.register(restarted)
+    assert run_tool(restarted, "kb_clear", directory="docs") == {"cleared": ["docs"]}
 
 
 def test_a_config_error_is_one_sentence_everywhere(ctx, hermes_home, plugin):
-    (hermes_home / "config.yaml").write_text("knowledgebase:\n  alpha: lots\n")
+    (hermes_home / "config.yaml").write_text("knowledgebase:\n  exclude: 5\n")  # refused: it guards privacy
     error = run_tool(ctx, "kb_search", query="zeppelin")["error"]
-    assert "alpha" in error and "Traceback" not in error
+    assert "exclude" in error and "Traceback" not in error
     assert ctx.tool("kb_search")["check_fn"]() is True  # visible, so the model can relay the sentence
-    assert "alpha" in plugin.slash_command("status")
+    assert "exclude" in plugin.slash_command("status")
     assert ctx.hook("pre_llm_call")(session_id="s", user_message="zeppelin rollout", conversation_history=[]) is None
 
 
