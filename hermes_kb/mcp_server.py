@@ -131,10 +131,12 @@ def _status_content(rows: list) -> tuple[str, dict]:
 
 
 def _index_content(summaries: list) -> tuple[str, dict]:
-    lines = [f"{s['directory']}: {s['added']} added, {s['changed']} changed, {s['removed']} removed, "
-             f"{s['unchanged']} unchanged, {len(s['skipped'])} skipped; {s['chunks_embedded']} chunks embedded; "
-             f"{s['seconds']:.2f} s" for s in summaries]
-    return "\n".join(lines), {"directories": summaries}
+    def line(s: dict) -> str:
+        resumed = f" ({s['resumed']} finished after an interrupted run)" if s.get("resumed") else ""
+        return (f"{s['directory']}: {s['added']} added, {s['changed']} changed, {s['removed']} removed, "
+                f"{s['unchanged']} unchanged{resumed}, {len(s['skipped'])} skipped; {s['chunks_embedded']} chunks "
+                f"embedded; {s['seconds']:.2f} s")
+    return "\n".join(map(line, summaries)), {"directories": summaries}
 
 
 def _clear_content(data: dict) -> tuple[str, dict]:

@@ -36,6 +36,10 @@ if TYPE_CHECKING:
     from hermes_kb.agent.knowledgebase.indexer import Progress
 
 VERBS = ("index", "search", "status", "clear", "doctor", "eval")
+INTERRUPTED = {  # what a Ctrl-C left behind, and how to go on
+    "index": "interrupted: every file written so far is kept and searchable; `hermes kb index` goes on from there.",
+    "watch": "stopped watching; the indexes are as of the last sync.",
+}
 CHAT_WATCH_HINT = "In the chat, set knowledgebase.watch_for_changes: true to keep indexes fresh while you talk."
 ALSO_IN_SHOWN = 3  # places named under a hit whose text repeats elsewhere (all of them in --json)
 
@@ -140,8 +144,9 @@ def _index(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
         embedded = (f"{s.chunks_embedded} chunks embedded"
                     + (f" ({repeats} repeat another chunk's text, embedded once)" if repeats else "")
                     + f", {s.chunks_reused} reused")
+        resumed = f" ({s.resumed} finished after an interrupted run)" if s.resumed else ""
         out.print(f"[bold]{safe(s.directory)}[/]: {s.added} added, {s.changed} changed, {s.removed} removed, "
-                  f"{s.unchanged} unchanged, {len(s.skipped)} skipped; {embedded}; {s.seconds:.2f} s")
+                  f"{s.unchanged} unchanged{resumed}, {len(s.skipped)} skipped; {embedded}; {s.seconds:.2f} s")
         _print_skipped(s, out)
         if s.secrets_redacted:
             count = sum(n for _, n in s.secrets_redacted)
@@ -561,6 +566,9 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
                 "token": lambda kb, a, o, e: run_token(kb, a, o, e, foreground)}
     try:
         return handlers[args.verb](kb_factory(), args, out, err)
+    except KeyboardInterrupt:  # Ctrl-C: one line, under Hermes's CLI too (it printed a 30-line traceback)
+        err.print(INTERRUPTED.get(args.verb, "interrupted"), markup=False, highlight=False)
+        return 130
     except USER_ERRORS as exc:
         if getattr(args, "json", False):
             _emit_json(out, {"error": str(exc)})

@@ -230,6 +230,26 @@ def test_a_misspelt_verb_or_directory_gets_what_was_probably_meant(tree, make_kb
     assert code == 1 and "(the directories: docs)" in err
 
 
+class InterruptedEmbedder(StubEmbedder):
+    """Ctrl-C arrives while the second batch of vectors is being made."""
+
+    def embed_documents(self, texts):
+        if len(self.calls) == 1:  # StubEmbedder keeps each batch's size in `calls`
+            raise KeyboardInterrupt
+        return super().embed_documents(texts)
+
+
+def test_ctrl_c_says_what_it_left_and_the_next_run_calls_unchanged_files_unchanged(tree, make_kb):
+    """Issue #52, 3: the resumed run reported `0 added, 949 changed` when no file had changed."""
+    root = tree({f"n{i:03}.md": f"# Note {i}\n\nThe harbour crane lifts container {i}.\n" for i in range(300)})
+    code, _, err = kb_cli(make_kb(root, embedder=InterruptedEmbedder()), "index")
+    assert code == 130 and "interrupted: every file written so far is kept and searchable" in err
+    assert "Traceback" not in err
+    code, out, _ = kb_cli(make_kb(root), "index")
+    assert code == 0 and " 0 changed, 0 removed, " in out  # the files it never reached are added, as they should be
+    assert "finished after an interrupted run)" in out
+
+
 # --- 13: status at 80 and 120 columns, and an index being built -------------------------------------
 
 @pytest.mark.parametrize("width", [80, 120])

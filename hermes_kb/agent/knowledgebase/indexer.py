@@ -86,6 +86,7 @@ class IndexSummary:
     changed: int = 0
     removed: int = 0
     unchanged: int = 0
+    resumed: int = 0  # of the unchanged: files an interrupted run had written and this one finished
     skipped: list[tuple[str, str]] = field(default_factory=list)
     chunks_embedded: int = 0  # chunks given new vectors; with chunks_reused, every chunk this run wrote
     texts_embedded: int = 0  # what the model embedded: a text repeated across chunks counts once
@@ -271,9 +272,12 @@ class _Run:
             with contextlib.suppress(OSError):  # an unreadable file is reported at its turn
                 read_ahead(self._bytes(file), file.kind, self.ocr)
 
-    def process(self, file: ScannedFile, row: FileRow | None, rechunk: bool, defer_ocr: bool = False) -> bool:
+    def process(self, file: ScannedFile, row: FileRow | None, rechunk: bool, defer_ocr: bool = False,
+                unfinished: bool = False) -> bool:
         """Reads, chunks and writes the file; False, doing nothing, when `defer_ocr` and reading it takes
-        OCR (the run comes back to it after every other file)."""
+        OCR (the run comes back to it after every other file). `unfinished`: an interrupted run wrote it
+        without all its vectors; it is redone, and called unchanged (resumed) if it is."""
+        rechunk = rechunk or unfinished
         if defer_ocr and file.kind in OCR_LAST:
             return False
         try:
@@ -335,6 +339,9 @@ class _Run:
         self.progress.advance(chunks=reused)
         if row is None:
             self.summary.added += 1
+        elif unfinished and row.content_hash == digest:
+            self.summary.unchanged += 1
+            self.summary.resumed += 1
         else:
             self.summary.changed += 1
         self.progress.advance(files=1)
@@ -383,14 +390,14 @@ class _Run:
         try:
             # Files that take OCR last (seconds a page): every other file is keyword-searchable before.
             later = [(file, row) for file, row in todo
-                     if not self.process(file, row, rechunk or file.rel_path in unfinished, self.ocr is not None)]
+                     if not self.process(file, row, rechunk, self.ocr is not None, file.rel_path in unfinished)]
             if later:
                 self._announce_ocr([file for file, _ in later])
             ahead = self.ocr.pool.workers - 1 if later else 0  # pictures under way beside this one
             for position, (file, row) in enumerate(later):
                 if ahead and file.kind in OCR_LAST:
                     self.read_ahead([next_file for next_file, _ in later[position + 1:position + 1 + ahead]])
-                self.process(file, row, rechunk or file.rel_path in unfinished)
+                self.process(file, row, rechunk, unfinished=file.rel_path in unfinished)
             self.embed_waiting()
             self._measure_baseline()
             present = {f.rel_path for f in scanned.files}
@@ -401,11 +408,11 @@ class _Run:
                     self.only is None and not self.store.files_without_vectors())):
                 self.store.finish_reembed()
             self.summary.skipped[:0] = self._not_yet_reported(self.passing_skips)
-            sample = self.store.sample_texts(CODE_SAMPLE) if self.summary.added + self.summary.changed + \
-                self.summary.removed or self.store.meta("code_share") is None else None
+            written = self.summary.added + self.summary.changed + self.summary.resumed + self.summary.removed
+            sample = self.store.sample_texts(CODE_SAMPLE) if written or self.store.meta("code_share") is None else None
             self.store.set_meta(root=str(root), chunker=signature, updated_at=time.time(),
                                 **(self._sample_figures(sample) if sample is not None else {}))
-            self.store.tidy(bulk=self.summary.added + self.summary.changed + self.summary.removed > 100)
+            self.store.tidy(bulk=written > 100)
             for copy, name, fallback in ((vector_cache, "vector", "sqlite-vec"), (keyword_cache, "keyword", "FTS5")):
                 try:
                     copy.refresh(self.store)
