@@ -535,6 +535,18 @@ def _with_dash_hint(message: str, argv: list[str], parser: argparse.ArgumentPars
     return f"{first}; to search for text starting with '-', put -- before it: {suggestion}\n{usage}"
 
 
+TERMINAL_ONLY = ("watch", "mcp", "token", "eval")  # refused, or pointless, inside a chat
+
+
+def _chat_help(parser: argparse.ArgumentParser, prog: str) -> str:
+    """Bare `/kb` in a chat: the verbs that work there, one line each (the terminal's help lists all)."""
+    verbs = parser._subparsers._group_actions[0]  # argparse keeps no public handle on the subparsers
+    helps = {action.dest: action.help for action in verbs._choices_actions}
+    lines = [f"{prog} VERB ...  (in the terminal, `hermes kb` also has {', '.join(TERMINAL_ONLY)})"]
+    lines += [f"  {name:<8} {helps.get(name, '')}" for name in verbs.choices if name not in TERMINAL_ONLY]
+    return "\n".join(lines)
+
+
 def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
            confirm: Callable[[str], bool] = confirm_at_terminal, prog: str = "hermes kb", foreground: bool = True,
            progress: Callable[[], Progress] | None = None, watch_hint: str = CHAT_WATCH_HINT,
@@ -554,7 +566,7 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
         err.print(safe(_with_dash_hint(str(exc), argv, parser, prog)))
         return 2
     if args.verb is None:
-        out.print(safe(parser.format_help()))
+        out.print(safe(parser.format_help() if foreground else _chat_help(parser, prog)))
         return 0 if not argv else 2
     args.progress = progress
     if args.verb == "watch" and not foreground:

@@ -250,6 +250,16 @@ def test_ctrl_c_says_what_it_left_and_the_next_run_calls_unchanged_files_unchang
     assert "finished after an interrupted run)" in out
 
 
+def test_bare_slash_kb_lists_only_what_works_in_a_chat(tree, make_kb):
+    kb = make_kb(tree({"a.md": "alpha"}))
+    out, err = consoles()
+    assert run_slash_kb("", lambda: kb, out, err) == 0
+    listed = [line.split()[0] for line in out.export_text().splitlines()[1:] if line.strip()]
+    assert listed == ["index", "search", "status", "clear", "doctor"]
+    code, shown, _ = kb_cli(kb)
+    assert code == 0 and "watch" in shown and "mcp" in shown  # the terminal lists every verb
+
+
 # --- 13: status at 80 and 120 columns, and an index being built -------------------------------------
 
 @pytest.mark.parametrize("width", [80, 120])
