@@ -107,6 +107,7 @@ class KnowledgebasePlugin:
         self._watchers: dict[Path, Any] = {}
         self._retrievers: OrderedDict[str, AutoRetriever] = OrderedDict()
         self._citations: OrderedDict[str, Citations] = OrderedDict()
+        self._platforms: OrderedDict[str, str] = OrderedDict()  # session -> where it talks (pre_llm_call says)
         self._warned: str | None = None
         self.background = BackgroundIndex()
         self._workers = concurrent.futures.ThreadPoolExecutor(max_workers=GATEWAY_WORKERS, thread_name_prefix="kb-slash")
@@ -154,10 +155,14 @@ class KnowledgebasePlugin:
         watcher.start()
         self._watchers[home] = watcher
 
-    def permissions(self) -> Permissions:
+    def permissions(self, context: dict | None = None) -> Permissions:
         """ask=None: a tool call inside Hermes has nobody to confirm it, so only config switches allow
-        indexing a new folder or clearing an index."""
-        return Permissions(self.config(), ask=None)
+        indexing a new folder or clearing an index. A gateway chat's results name DIRECTORY/PATH, never
+        the host's folders (as its footer does)."""
+        session = (context or {}).get("session_id")
+        with self._lock:
+            platform = self._platforms.get(session, "") if isinstance(session, str) else ""
+        return Permissions(self.config(), ask=None, host_paths=platform in ("", "cli"))
 
     def citations(self, session_id: Any, create: bool = True) -> Citations | None:
         """The session's source ids, shared by the injected block and kb_search; with create=False,
@@ -254,7 +259,8 @@ class KnowledgebasePlugin:
             watching = self.config().watch_for_changes
         except ConfigError:
             watching = False
-        options = {"confirm": refuse, "watch_hint": HERMES_WATCHING if watching else HERMES_WATCH_HINT, "parsed": args}
+        options = {"confirm": refuse, "watch_hint": HERMES_WATCHING if watching else HERMES_WATCH_HINT, "parsed": args,
+                   "host_paths": not member}
         verb = args.verb if args is not None else None
         if verb == "index":
             try:  # a folder that cannot be indexed is said now, not announced as a run first
@@ -325,6 +331,11 @@ class KnowledgebasePlugin:
         if not isinstance(conversation_history, list):
             conversation_history = None
         session_id = session_id if isinstance(session_id, str) and session_id else "default"
+        with self._lock:
+            self._platforms[session_id] = platform if isinstance(platform, str) else ""
+            self._platforms.move_to_end(session_id)
+            while len(self._platforms) > MAX_SESSIONS:
+                self._platforms.popitem(last=False)
         citations = self.citations(session_id)
         if not citations.ids and conversation_history:  # a resumed session, or a restarted gateway
             citations.restore(*replayed_citations(conversation_history))

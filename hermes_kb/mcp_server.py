@@ -225,12 +225,13 @@ class KnowledgebaseMCP:
         return tuple(name for name in ALL_TOOLS if TOOL_SCOPES[name] in access.scopes)
 
     def permissions_for(self, access: Access | None) -> Permissions:
-        """An admin token may index new folders and clear; a write token refreshes configured folders only."""
+        """An admin token may index new folders and clear; a write token refreshes configured folders only.
+        A token's client is another machine: results name DIRECTORY/PATH, not this host's folders."""
         if access is None:
             return self.permissions
         admin = "admin" in access.scopes
         return Permissions(dataclasses.replace(self.kb.config, allow_model_clear=admin,
-                                               allow_model_index_new_folders=admin), ask=None)
+                                               allow_model_index_new_folders=admin), ask=None, host_paths=False)
 
     # tools
     def tool_list(self, request: object = None) -> list[types.Tool]:

@@ -154,6 +154,24 @@ def test_the_terminal_is_the_owner(plugin, tmp_path):
     assert "Cleared: docs" in plugin.slash_command("clear docs --yes")
 
 
+def test_gateway_members_see_directories_by_name_never_the_hosts_folders(plugin, docs):
+    """Issue #52, 11: members saw the host's paths in /kb status and the absolute `location` of every
+    kb_search hit, while the footer deliberately showed them DIRECTORY/PATH only."""
+    from tests.test_hermes_plugin import FakeContext
+
+    assert "/docs" in plugin.slash_command("status")  # the owner at the terminal: the root (shortened to fit)
+    shown = in_gateway(plugin, "status")
+    assert "docs" in shown and "/docs" not in shown and "/tessdata" not in shown
+    ctx = FakeContext()
+    plugin.register(ctx)
+    search = ctx.tool("kb_search")["handler"]
+    for session, platform, absolute in (("g1", "telegram", False), ("c1", "cli", True)):
+        ctx.hook("pre_llm_call")(session_id=session, user_message="hello", conversation_history=[], platform=platform)
+        [hit] = json.loads(search({"query": "zeppelin rollout", "k": 1}, session_id=session))["hits"]
+        assert hit["location"].startswith(str(docs)) is absolute
+        assert absolute or hit["location"] == "docs/deploy.md:1"
+
+
 def test_a_folder_that_cannot_be_indexed_is_said_at_once_not_announced_first(plugin, tmp_path):
     reply = plugin.slash_command(f"index {tmp_path / 'does-not-exist'}")
     assert reply.startswith("error:") and "does-not-exist" in reply and "background" not in reply

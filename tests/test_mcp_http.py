@@ -146,6 +146,7 @@ def test_each_scope_is_offered_and_allowed_only_its_tools(served, tree):
         names, found, refused = call(url, reader, as_reader)
         assert names == ["kb_read", "kb_search", "kb_status"]
         assert not found.isError and "deploy.md" in found.content[0].text
+        assert found.structuredContent["hits"][0]["location"] == "docs/deploy.md:1"  # no folder of the host
         assert refused.isError and "needs a token with the write scope" in refused.content[0].text
 
         async def as_writer(session):

@@ -306,6 +306,9 @@ def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     rows = kb.status(args.target)
     for row in rows:
         row["state"] = _state(row)
+        if not args.host_paths:  # a gateway chat's members: the directories by name, no folder of the host
+            row["root"] = None
+            row["ocr_reader"] = (row.get("ocr_reader") or "").split(" (", 1)[0] or None
     if args.json:
         _emit_json(out, rows)
         return 0
@@ -550,7 +553,7 @@ def _chat_help(parser: argparse.ArgumentParser, prog: str) -> str:
 def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
            confirm: Callable[[str], bool] = confirm_at_terminal, prog: str = "hermes kb", foreground: bool = True,
            progress: Callable[[], Progress] | None = None, watch_hint: str = CHAT_WATCH_HINT,
-           parsed: argparse.Namespace | None = None) -> int:
+           parsed: argparse.Namespace | None = None, host_paths: bool = True) -> int:
     """Parse and run one kb verb; every user error becomes one sentence and exit code 1 (2 for usage).
     `progress` makes an index run's progress display (default: one that suits err). `parsed`: the line
     as a host already parsed and judged it (parse_slash), run as it was judged, never read again."""
@@ -568,7 +571,7 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
     if args.verb is None:
         out.print(safe(parser.format_help() if foreground else _chat_help(parser, prog)))
         return 0 if not argv else 2
-    args.progress = progress
+    args.progress, args.host_paths = progress, host_paths
     if args.verb == "watch" and not foreground:
         err.print(safe(watch_hint))
         return 1

@@ -13,7 +13,7 @@ import json
 from typing import Callable
 
 from hermes_kb.agent.knowledgebase.citations import Citations
-from hermes_kb.agent.knowledgebase.context import hit_key, location, source_record
+from hermes_kb.agent.knowledgebase.context import cited_location, hit_key, location, source_record
 from hermes_kb.agent.knowledgebase.config import RERANK_MODES, DirectoryConfig, KnowledgebaseConfig
 from hermes_kb.agent.knowledgebase.retriever import MODES
 from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
@@ -133,7 +133,8 @@ def _search(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: 
         text = hit.text if len(hit.text) <= MAX_HIT_CHARS else hit.text[:MAX_HIT_CHARS] + " …[truncated; use kb_read]"
         source_id = citations.id_for(hit_key(hit), source_record("", hit))
         hits.append({"id": source_id, "directory": hit.directory, "path": hit.path, "cite": f"{hit.directory}/{hit.path}",
-                     "location": location(hit), "lines": f"{hit.start_line}-{hit.end_line}", "page": hit.page, "part": hit.part,
+                     "location": location(hit) if permissions.host_paths else cited_location(hit),
+                     "lines": f"{hit.start_line}-{hit.end_line}", "page": hit.page, "part": hit.part,
                      "heading": hit.heading, "score": hit.score, "found_by": hit.found_by,
                      **({"relevance": hit.rerank_score} if hit.rerank_score is not None else {}), "text": text,
                      **({"also_in": [place.label() for place in hit.also_in]} if hit.also_in else {})})
@@ -241,13 +242,13 @@ def run_tool(name: str, kb: KnowledgeBase, args: dict, permissions: Permissions,
     return HANDLERS[name](kb, checked_arguments(dict(args) if isinstance(args, dict) else args), permissions, citations)
 
 
-def json_handler(name: str, kb_factory: Callable[[], KnowledgeBase], permissions_factory: Callable[[], Permissions],
+def json_handler(name: str, kb_factory: Callable[[], KnowledgeBase], permissions_factory: Callable[[dict], Permissions],
                  citations_for: Callable[[dict], Citations | None] = lambda context: None) -> Callable[..., str]:
     """The Hermes handler shape: `(args, **context) -> str`, errors as `{"error": ...}`; `citations_for`
     finds the conversation's source ids from the host's call context (Hermes passes session_id)."""
     def handler(args: dict, **context) -> str:
         try:
-            return json.dumps(run_tool(name, kb_factory(), args, permissions_factory(), citations_for(context)),
+            return json.dumps(run_tool(name, kb_factory(), args, permissions_factory(context), citations_for(context)),
                               default=str)
         except TOOL_ERRORS as exc:
             return error(str(exc))
@@ -260,7 +261,7 @@ def register_knowledgebase_tools(registry: ToolRegistry, kb_factory: Callable[[]
                                  citations: Citations | None = None) -> None:
     """kb_factory gives the session's KnowledgeBase (one per chat, so the model loads once); `ask`
     reaches the person at the terminal, None where nobody can answer; `citations` are the chat's."""
-    def permissions() -> Permissions:
+    def permissions(context: dict) -> Permissions:
         return Permissions(config_factory(), ask)
 
     for name in HANDLERS:

@@ -36,6 +36,9 @@ class Permissions:
 
     config: KnowledgebaseConfig
     ask: Callable[[str], bool] | None = None
+    # Whether the caller may see where files live on this machine: not a gateway chat's members nor a
+    # remote MCP client, who get DIRECTORY/PATH (the form citations use) and cannot open host paths anyway.
+    host_paths: bool = True
 
     def require(self, action: str, question: str, refusal: str) -> None:
         allowed_by_config, switch = SWITCHES[action]

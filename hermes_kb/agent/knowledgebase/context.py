@@ -158,6 +158,12 @@ def location(hit: Hit) -> str:
     return f"{hit.abs_path} {hit.part}" if hit.part else f"{hit.abs_path}:{hit.start_line}"
 
 
+def cited_location(hit: Hit) -> str:
+    """location() without this machine's folders: `DIRECTORY/PATH:line`, for whoever cannot open them."""
+    where = f"{hit.directory}/{hit.path}"
+    return f"{where} {hit.part}" if hit.part else f"{where}:{hit.start_line}"
+
+
 def source_record(source_id: str, hit: Hit) -> dict:
     """One cited source as shown under an answer and saved with the session."""
     link = Path(hit.abs_path).as_uri() + (f"#page={hit.page}" if hit.page and hit.kind == "pdf" else "")
