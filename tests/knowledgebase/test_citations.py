@@ -21,10 +21,18 @@ def test_a_passage_keeps_its_id_and_an_id_is_never_reused():
     assert citations.id_for(b) == "S4"  # S2 may already be in the model's context: it keeps its meaning
 
 
-def test_pdf_chunks_of_one_page_are_that_page():
+def test_each_chunk_of_a_pdf_page_is_its_own_passage_with_its_own_id():
+    """Issue #52, 4: two chunks of one page shared an id ([S1], [S2], [S3], [S3]): a reader could not
+    tell which text was cited, and once one was sent the page's other chunk was never injected."""
     citations = Citations()
-    assert citations.id_for(passage_key("docs", "m.pdf", 1, 20, 8)) == citations.id_for(passage_key("docs", "m.pdf", 21, 40, 8))
-    assert citations.id_for(passage_key("docs", "m.pdf", 1, 20, 1)) == "S2"
+    assert citations.id_for(passage_key("docs", "m.pdf", 1, 20, 8)) == "S1"
+    assert citations.id_for(passage_key("docs", "m.pdf", 21, 40, 8)) == "S2"
+    assert citations.id_for(passage_key("docs", "m.pdf", 1, 20, 8)) == "S1"  # the same chunk keeps its id
+    block = render_block([_hit("m.pdf", 1, 20, page=8), _hit("m.pdf", 21, 40, page=8)], ids=["S1", "S2"])
+    assert "[S1] docs/m.pdf page 8 (lines 1-20) " in block and "[S2] docs/m.pdf page 8 (lines 21-40) " in block
+    restored = Citations()
+    assert restored.restore([block]) == 2
+    assert restored.id_for(passage_key("docs", "m.pdf", 21, 40, 8)) == "S2"
 
 
 def test_restore_reads_blocks_and_tool_results():
@@ -37,7 +45,7 @@ def test_restore_reads_blocks_and_tool_results():
     assert citations.restore([block], [result]) == 5
     assert citations.id_for(passage_key("docs", "deploy.md", 4, 9, None)) == "S3"
     assert citations.id_for(passage_key("docs", "my notes/plan.md", 1, 3, None)) == "S4"
-    assert citations.id_for(passage_key("docs", "manual.pdf", 99, 120, 8)) == "S5"
+    assert citations.id_for(passage_key("docs", "manual.pdf", 1, 30, 8)) == "S5"
     assert citations.id_for(passage_key("docs", "deploy.md lines 1-3.md", 7, 7, None)) == "S6"  # a name stays a name
     assert citations.id_for(passage_key("code", "x.py", 10, 20, None)) == "S7"
     assert citations.id_for(passage_key("docs", "new.md", 1, 2, None)) == "S8"

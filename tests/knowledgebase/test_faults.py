@@ -168,10 +168,11 @@ def test_an_interrupted_full_reembed_is_finished_by_the_next_run(tree, make_kb, 
     row = resumed.status()[0]
     assert row["chunks_without_vectors"] > 0 and "still wait for vectors" in row["vector_search"]
     summary = resumed.index()[0]
-    assert summary.changed > 0 and summary.chunks_embedded > 0
+    assert summary.resumed > 0 and summary.chunks_embedded > 0  # finished, and called unchanged: nothing changed
     row = resumed.status()[0]
     assert row["vector_search"] == "ok" and "chunks_without_vectors" not in row
-    assert resumed.index()[0].changed == 0  # done for good
+    again = resumed.index()[0]
+    assert again.changed == again.resumed == 0  # done for good
 
 
 # --- indexes nobody could see or remove ---------------------------------------------------------------

@@ -26,13 +26,15 @@ def part_label(kind: str, number: int) -> str:
 
 
 PassageKey = tuple[str, str, int, int, int | None]  # directory, path, start line, end line, page
-# A passage is what a person opens: lines of a text file, or a page of a PDF (its extracted text's
-# line numbers mean nothing to a reader, so chunks of one page share the page's id).
+# A passage is one chunk: lines of a text file, or lines of a page's extracted text. Two chunks of one
+# PDF page are two passages with two ids (one id for both left a reader unable to tell which text was
+# cited, and kept the page's other chunk from ever being sent once one was).
 
 # A source line of a cited block, as render_block writes it: `[S3] docs/deploy.md lines 4-9 § Heading (score 0.71)`
-# or `[S3] docs/manual.pdf page 2 (score 0.64)`; the path is greedy, so a name holding " lines 1-3" stays a name.
-_LABEL = re.compile(r"^\[S(\d+)\] ([^/\n§]+)/([^\n§]+) (?:lines (\d+)-(\d+)|((?:page|cell|message) (\d+)))(?: § [^\n]*)? \(score [\d.]+\)$",
-                    re.M)
+# or `[S3] docs/manual.pdf page 2 (lines 40-61) (score 0.64)` (blocks before the lines were added say only
+# the page); the path is greedy, so a name holding " lines 1-3" stays a name.
+_LABEL = re.compile(r"^\[S(\d+)\] ([^/\n§]+)/([^\n§]+) (?:lines (\d+)-(\d+)|((?:" + "|".join(sorted(set(PART_UNITS.values()))) + r") "
+                    r"(\d+))(?: \(lines (\d+)-(\d+)\))?)(?: § [^\n]*)? \(score [\d.]+\)$", re.M)
 _CITED = re.compile(r"\[\s*S\d+(?:\s*[,;]\s*S\d+)*\s*\]")  # [S3], [S1, S4] in an answer
 
 
@@ -42,9 +44,7 @@ def cited_ids(answer: str) -> list[str]:
 
 
 def passage_key(directory: str, path: str, start_line: int, end_line: int, page: int | None) -> PassageKey:
-    if page:
-        return (directory, path, 0, 0, int(page))
-    return (directory, path, int(start_line), int(end_line), None)
+    return (directory, path, int(start_line), int(end_line), int(page) if page else None)
 
 
 @dataclass
@@ -93,8 +93,9 @@ class Citations:
         found = 0
         for block in blocks:
             for match in _LABEL.finditer(block):
-                number, directory, path, start, end, part, page = match.groups()
-                key = passage_key(directory, path, int(start or 0), int(end or 0), int(page) if page else None)
+                number, directory, path, start, end, part, page, part_start, part_end = match.groups()
+                key = passage_key(directory, path, int(start or part_start or 0), int(end or part_end or 0),
+                                  int(page) if page else None)
                 found += self._take(int(number), key, part)
         for result in results:
             found += sum(self._take(n, key, part) for n, key, part in _result_passages(result))

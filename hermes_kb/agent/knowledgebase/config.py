@@ -297,7 +297,7 @@ _SCALARS: dict[str, Callable[[str, Any], Any]] = {
     "min_score": _number(float, 0.0, 1.0),
     "keyword_row_budget": _optional(_number(int, 100)),
     "relevance_threshold": _number(float, 0.0, 2.0),
-    "rerank": lambda key, value: _choice(RERANK_MODES)(key, {False: "off", True: "auto"}.get(value, value)),  # YAML reads `off` as false
+    "rerank": lambda key, value: _choice(RERANK_MODES)(key, {False: "off", True: "auto"}[value] if isinstance(value, bool) else value),  # YAML reads `off` as false
     "rerank_url": _text,
     "rerank_model": _text,
     "rerank_api_key_env": _text,

@@ -190,7 +190,9 @@ class Hit:
         return part_label(self.kind, self.page) if self.page else None
 
     def where(self) -> str:
-        return self.part or f"lines {self.start_line}-{self.end_line}"
+        """How a cited block labels the passage: its lines, after its page (or slide, cell ...) if it has one."""
+        lines = f"lines {self.start_line}-{self.end_line}"
+        return f"{self.part} ({lines})" if self.part else lines
 
     def to_dict(self) -> dict:
         fields = asdict(self)
