@@ -70,12 +70,14 @@ SCHEMAS = {
             "kb_search hit or a cited source. The path is as citations show it (DIRECTORY/PATH, e.g. "
             "docs/guide.md), a path inside `directory`, or a note's [[wikilink]] (from its #heading if given); "
             "only files the index includes can be read (never "
-            "ignored, secret, binary or linked-out files). Says whether the file continues and where."),
+            "ignored, secret, binary or linked-out files). Says whether the file continues and where, and for PDFs (slides, notebooks ...) which pages the lines are on."),
         "parameters": {"type": "object", "properties": {
             "path": {"type": "string", "description": "DIRECTORY/PATH as a citation shows it, a path inside "
                                                       "`directory`, or a [[wikilink]] found in a note"},
             "directory": {"type": "string", "description": "the knowledgebase directory the path is in (name from kb_status)"},
             "start_line": {"type": "integer", "description": "first line to read, 1-based (default 1)"},
+            "page": {"type": "integer", "description": "instead of start_line: the page (slide, cell, message, sheet, "
+                                                       "chapter) a citation gives, for PDFs and other files cited so"},
             "max_lines": {"type": "integer", "description": f"lines to read, at most {MAX_READ_LINES} (default 120)"},
         }, "required": ["path"]},
     },
@@ -144,7 +146,7 @@ def _search(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: 
 def _read(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Citations | None) -> dict:
     max_lines = max(1, min(int(args.get("max_lines", 120)), MAX_READ_LINES))
     window = kb.read(args["path"], start_line=int(args.get("start_line", 1)), max_lines=max_lines,
-                     directory=args.get("directory") or None)
+                     directory=args.get("directory") or None, part=args.get("page"))
     data = {"notice": UNTRUSTED, **window.to_dict()}
     if window.end_line < window.total_lines:
         data["next"] = f"the file continues at line {window.end_line + 1} of {window.total_lines}"
@@ -202,7 +204,7 @@ def tool_offered(name: str, kb: KnowledgeBase, can_ask: bool = False) -> bool:
 
 MAX_TEXT_ARGUMENT = 8_000  # the longest query (service.MAX_QUERY_CHARS); paths and names are far shorter
 MAX_PATH_ARGUMENT = 4_096  # PATH_MAX
-_INTEGERS = ("k", "start_line", "max_lines")
+_INTEGERS = ("k", "start_line", "max_lines", "page")
 _LISTS = ("tags",)
 MAX_LIST_ITEMS = 20
 

@@ -219,3 +219,29 @@ def test_pieces_of_one_line_are_one_line_not_table_cells():
     text = load(pdf.tobytes(), "pdf").text
     assert "Invoice 4471 is due in May\nPumps were shipped to Rotterdam" in text
     assert "黑豹队的防守只丢了三百分\n在联赛中排名第六名" in text and "|" not in text
+
+
+def test_kb_read_takes_the_page_a_citation_gives_and_says_which_pages_lines_are_on(tmp_path, make_kb):
+    """Issue #52, 7: citations give a PDF page, kb_read took only lines and did not say which page its
+    lines were on, so the model needed another search to read page 3."""
+    from hermes_kb.agent.knowledgebase.service import KnowledgebaseError
+    from hermes_kb.tools.knowledgebase_tool import run_tool
+    from hermes_kb.tools.permissions import Permissions
+
+    path = manual(tmp_path)
+    kb = make_kb(path.parent)
+    kb.index()
+    hit = top_hit(kb, "calibration torque flange bolts")
+    page = kb.read("docs/manual.pdf", part=hit.page)
+    assert page.parts == "page 3" and "42 newton metres" in page.text and "Cleaning note" not in page.text
+    assert "Site note" not in page.text  # page 2 is not part of it
+    by_lines = kb.read("docs/manual.pdf", start_line=1, max_lines=500)
+    assert by_lines.parts == "pages 1-4"
+    with pytest.raises(KnowledgebaseError, match="it has 4 pages, so there is no page 9"):
+        kb.read("docs/manual.pdf", part=9)
+    (path.parent / "plain.md").write_text("# Plain\n\nA note.\n")
+    kb.index()
+    with pytest.raises(KnowledgebaseError, match="cited by lines, not by pages"):
+        kb.read("docs/plain.md", part=1)
+    result = run_tool("kb_read", kb, {"path": "docs/manual.pdf", "page": 3}, Permissions(kb.config))
+    assert result["parts"] == "page 3" and "42 newton metres" in result["text"]

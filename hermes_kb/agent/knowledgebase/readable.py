@@ -8,12 +8,14 @@ index. Plain text is streamed: only the asked-for lines are kept in memory.
 
 from __future__ import annotations
 
+import bisect
 import io
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
+from .citations import PART_UNITS
 from .file_access import AccessError, open_inside, read_fd
 from .loaders import LoadError, bom_encoding, decode_text, is_plain_text, load
 from .scanner import IgnoreRules, cap_setting, file_kind
@@ -32,13 +34,28 @@ class Window:
     end_line: int
     total_lines: int
     text: str
+    start_line: int = 0  # where the window begins, when a part was asked for (0: as asked)
+    parts: str | None = None  # the pages (slides, cells ...) its lines are on: "page 8", "pages 8-9"
+
+
+def _part_lines(text: str, starts: tuple[int, ...]) -> list[int]:
+    """The line (1-based) where each part (page, slide, cell ...) of a converted text begins."""
+    return [text.count("\n", 0, start) + 1 for start in starts]
+
+
+def _parts_covered(part_lines: list[int], first: int, last: int, unit: str) -> str | None:
+    if not part_lines:
+        return None
+    low, high = bisect.bisect_right(part_lines, first), bisect.bisect_right(part_lines, last)
+    return f"{unit} {low}" if low == high else f"{unit}s {low}-{high}"
 
 
 def read_window(root: Path, rel_path: str, rules: IgnoreRules, size_cap: Callable[[str], int],
-                start_line: int, max_lines: int, ocr=None) -> Window | None:
-    """Lines start_line.. of root/rel_path; None when the index would not include the file.
-    `size_cap(kind)` is the largest file of that kind the index reads; `ocr` (ocr.Ocr) reads pictures,
-    from its cache when the index run recognised them."""
+                start_line: int, max_lines: int, ocr=None, part: int | None = None) -> Window | None:
+    """Lines start_line.. of root/rel_path, or of its page (slide, cell ...) `part`, the unit its
+    citations give; None when the index would not include the file. `size_cap(kind)` is the largest
+    file of that kind the index reads; `ocr` (ocr.Ocr) reads pictures, from its cache when the index
+    run recognised them."""
     if rules.excluded(rel_path):
         return None
     try:
@@ -50,7 +67,10 @@ def read_window(root: Path, rel_path: str, rules: IgnoreRules, size_cap: Callabl
             if os.fstat(fd).st_size > max_file_bytes:
                 raise NotReadable(f"it is larger than {cap_setting(kind)} ({max_file_bytes})")
             keep_secrets = rules.allows_secrets(real_rel)
+            unit = PART_UNITS.get(kind, "page")
             if is_plain_text(kind):
+                if part is not None:
+                    raise NotReadable(f"it is cited by lines, not by {unit}s")
                 end_line, total, lines = _stream_lines(fd, start_line, max_lines)
                 text = "\n".join(lines) if keep_secrets else redact("\n".join(lines)).text
                 return Window(real_rel, end_line, total, text)
@@ -62,11 +82,21 @@ def read_window(root: Path, rel_path: str, rules: IgnoreRules, size_cap: Callabl
     except AccessError:
         return None
     lines = (document.text if keep_secrets else redact(document.text).text).splitlines()
-    if document.source_lines and len(document.source_lines) == len(lines):
+    part_lines = _part_lines(document.text, document.page_starts)
+    if part is not None:
+        if not part_lines:
+            raise NotReadable(f"it is cited by lines, not by {unit}s")
+        if not 1 <= part <= len(part_lines):
+            raise NotReadable(f"it has {len(part_lines)} {unit}s, so there is no {unit} {part}")
+        start_line = part_lines[part - 1]
+        part_end = part_lines[part] - 1 if part < len(part_lines) else len(lines)
+        max_lines = max(1, min(max_lines, part_end - start_line + 1))
+    elif document.source_lines and len(document.source_lines) == len(lines):
         total = data.count(b"\n") + (not data.endswith(b"\n"))
         return _source_window(real_rel, lines, document.source_lines, total, start_line, max_lines)
     end_line = min(len(lines), start_line + max_lines - 1)
-    return Window(real_rel, end_line, len(lines), "\n".join(lines[start_line - 1:end_line]))
+    return Window(real_rel, end_line, len(lines), "\n".join(lines[start_line - 1:end_line]), start_line,
+                  _parts_covered(part_lines, start_line, end_line, unit))
 
 
 def _source_window(rel_path: str, lines: list[str], source_lines: tuple[int, ...], total: int, start_line: int,

@@ -114,9 +114,11 @@ class ReadResult:
     end_line: int
     total_lines: int
     text: str
+    parts: str | None = None  # the pages (slides, cells ...) the lines are on, for files cited by parts
 
     def to_dict(self) -> dict:
-        return self.__dict__ | {"continues": self.end_line < self.total_lines}
+        data = self.__dict__ | {"continues": self.end_line < self.total_lines}
+        return data if self.parts else {k: v for k, v in data.items() if k != "parts"}
 
 
 
@@ -652,8 +654,10 @@ class KnowledgeBase:
         for kind in (*DERIVED_COPIES, "vector_delta"):
             self._copies.pop((kind, path), None)
 
-    def read(self, path: str, start_line: int = 1, max_lines: int = 80, directory: str | None = None) -> ReadResult:
+    def read(self, path: str, start_line: int = 1, max_lines: int = 80, directory: str | None = None,
+             part: int | None = None) -> ReadResult:
         """A window of a file the index includes; nothing else, whatever the path or its links say.
+        `part` reads a page (slide, cell, message ...) of a file cited by parts, as citations give it.
 
         `path` is relative to `directory`, or, without one, either DIRECTORY/PATH as citations show it
         or a path inside some indexed directory; one that names files in two directories is refused
@@ -679,12 +683,13 @@ class KnowledgeBase:
             try:
                 rules = IgnoreRules(where.path, *self.config.ignore_args(where))
                 window = readable.read_window(where.path, rel, rules, self.config.size_cap, start_line, max_lines,
-                                              self._ocr())
+                                              self._ocr(), part)
             except readable.NotReadable as exc:
                 raise KnowledgebaseError(f"Cannot read {path}: {exc}.") from None
             if window is not None:
                 found.setdefault((where.name, window.rel_path), ReadResult(
-                    where.name, window.rel_path, start_line, window.end_line, window.total_lines, window.text))
+                    where.name, window.rel_path, window.start_line or start_line, window.end_line, window.total_lines,
+                    window.text, window.parts))
         if len(found) > 1:
             names = ", ".join(f"{name}/{rel}" for name, rel in found)
             raise KnowledgebaseError(f"{path} names more than one indexed file ({names}); give one of these, "
