@@ -69,3 +69,19 @@ def test_a_command_page_with_headings_and_a_synopsis_is_not_debris():
     assert not looks_like_debris(code)
     debris_under_heading = "## Layout\n" + "\n".join(f"│ {cell}" for cell in ["4", "CARD32", "OFFSET", "8", "x", "y"])
     assert looks_like_debris(debris_under_heading)
+
+
+def test_a_passage_of_text_made_from_a_file_is_located_by_the_file_not_a_line_of_it(tree, make_kb):
+    """Issue #52, 8: an e-mail was cited at `mail.eml:16`, a line of its rendered attachment, where the
+    file's line 16 is quoted-printable; a picture at `:1`. Those are located by path alone."""
+    from hermes_kb.agent.knowledgebase.context import cited_location, location
+
+    mail = ("From: ops@example.org\nTo: team@example.org\nSubject: Rollout\nMIME-Version: 1.0\n"
+            "Content-Type: text/plain; charset=utf-8\nContent-Transfer-Encoding: quoted-printable\n\n"
+            + "Filler line.\n" * 20 + "The zeppelin rollout waits for the canary=20checks.\n")
+    root = tree({"mail.eml": mail, "deploy.md": "# Deploy\n\n" + "Filler.\n" * 20 + "The zeppelin rollout goes on.\n"})
+    kb = make_kb(root)
+    kb.index()
+    hits = {hit.path: hit for hit in kb.search("zeppelin rollout", k=5, mode="keyword").hits}
+    assert location(hits["mail.eml"]) == str(root / "mail.eml") and cited_location(hits["mail.eml"]) == "docs/mail.eml"
+    assert location(hits["deploy.md"]) == f"{root / 'deploy.md'}:{hits['deploy.md'].start_line}"

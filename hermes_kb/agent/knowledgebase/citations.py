@@ -21,6 +21,13 @@ PART_UNITS = {"pdf": "page", "notebook": "cell", "mbox": "message", "pptx": "sli
               "epub": "chapter"}
 
 
+# Kinds whose cited lines are lines of the text made from the file (a Word document, an e-mail with
+# its decoded parts, a picture's recognised text), not lines an editor would open the file at: their
+# `path:line` pointed into base64 and quoted-printable. They are located by path alone (kb_read still
+# takes the lines). Plain text and code, HTML, CSV/TSV, org and LaTeX keep the source's line numbers.
+RENDERED_KINDS = frozenset({"docx", "email", "image", "odt"})
+
+
 def part_label(kind: str, number: int) -> str:
     return f"{PART_UNITS.get(kind, 'page')} {number}"
 

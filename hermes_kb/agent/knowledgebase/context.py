@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .chunker import estimate_tokens
-from .citations import Citations, PassageKey, passage_key
+from .citations import RENDERED_KINDS, Citations, PassageKey, passage_key
 from .config import KnowledgebaseConfig
 from .reranker import Judged
 from .retriever import Hit
@@ -154,14 +154,20 @@ def _safe_label(value: str) -> str:
 
 
 def location(hit: Hit) -> str:
-    """Where a person finds the passage: `path:line` (terminals and editors open it), or the PDF page."""
-    return f"{hit.abs_path} {hit.part}" if hit.part else f"{hit.abs_path}:{hit.start_line}"
+    """Where a person finds the passage: `path:line` (terminals and editors open it), the PDF page, or
+    the path alone where the lines are of text made from the file (citations.RENDERED_KINDS)."""
+    return _located(hit.abs_path, hit)
 
 
 def cited_location(hit: Hit) -> str:
     """location() without this machine's folders: `DIRECTORY/PATH:line`, for whoever cannot open them."""
-    where = f"{hit.directory}/{hit.path}"
-    return f"{where} {hit.part}" if hit.part else f"{where}:{hit.start_line}"
+    return _located(f"{hit.directory}/{hit.path}", hit)
+
+
+def _located(where: str, hit: Hit) -> str:
+    if hit.part:
+        return f"{where} {hit.part}"
+    return where if hit.kind in RENDERED_KINDS else f"{where}:{hit.start_line}"
 
 
 def source_record(source_id: str, hit: Hit) -> dict:
