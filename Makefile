@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 DEMO_HOME := $(CURDIR)/.demo-home
 
-.PHONY: install demo test bench clean
+.PHONY: install demo test clean
 
 install: $(VENV)/.installed
 
