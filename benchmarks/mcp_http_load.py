@@ -203,7 +203,8 @@ def restarted(home: Path, server: Server, tokens) -> tuple[Server, str]:
     after = notes_row()
     return server, (f"stopped mid-run: {kept.get('files', 0)} of {NOTES} notes recorded, {kept.get('vectors', 0)} "
                     f"vectors (health {kept.get('health')}); the next run: {rerun['added']} added, {rerun['changed']} "
-                    f"finished, {rerun['unchanged']} unchanged, {rerun['chunks_embedded']} embedded; now "
+                    f"changed, {rerun['unchanged']} unchanged ({rerun.get('resumed', 0)} of them finished), "
+                    f"{rerun['chunks_embedded']} chunks embedded; now "
                     f"{after.get('files')} files, {after.get('vectors')} vectors, health {after.get('health')}")
 
 
