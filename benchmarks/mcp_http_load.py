@@ -1,5 +1,7 @@
 """The HTTP MCP server under load: concurrent clients searching a 100k-chunk index through real
 streamable HTTP sessions, on SQLite and on PostgreSQL, with and without an index run under way.
+Each row runs on a freshly started server (one warm-up search loads the model), so no relevance
+judgement cached by an earlier row makes a later row's searches cheaper.
 
 Per backend: a 100k-chunk index is written straight through the store (SciFact chunk texts and
 vectors with small noise, as benchmarks/query_latency.py makes them; files on disk with the sizes
@@ -144,7 +146,10 @@ async def tool(url: str, token: str, name: str, arguments: dict):
 
 
 async def load_phase(server: Server, tokens, claims, clients: int, seconds: float, index: bool) -> list:
+    """One row, on a server of its own (started here, stopped after): its RSS is this row's, and no
+    judgement cached by an earlier row makes this one's searches cheaper."""
     read, admin = tokens
+    await tool(server.url, read, "kb_search", {"query": "warm-up: the model loaded"})
     if index:
         await tool(server.url, admin, "kb_clear", {"directory": "notes"})
     latencies, errors = [], []
@@ -160,6 +165,7 @@ async def load_phase(server: Server, tokens, claims, clients: int, seconds: floa
         index_note += (f"; run failed: {result.content[0].text[:120]}" if result.isError else
                        f"; run finished at {time.perf_counter() - started:.0f} s")
     rss, peak = server.rss_mb()
+    server.stop()
     return [clients, "yes" if index else "no", f"{len(latencies) / elapsed:.1f}",
             *(f"{percentile(latencies, q):.0f}" if latencies else "-" for q in (0.5, 0.95, 0.99)),
             len(errors), f"{rss:.0f} / {peak:.0f}", index_note]
@@ -226,13 +232,12 @@ def main() -> None:
             url = pg.__enter__() if pg else None
             try:
                 home, *tokens = prepare(Path(scratch), backend, url, args.chunks, texts, vectors)
-                server = Server(home)
-                asyncio.run(tool(server.url, tokens[0], "kb_search", {"query": claims[0]}))  # the model loaded
                 for index in (False, True):
                     for clients in (int(c) for c in args.clients.split(",")):
-                        row = asyncio.run(load_phase(server, tokens, claims, clients, args.seconds, index))
+                        row = asyncio.run(load_phase(Server(home), tokens, claims, clients, args.seconds, index))
                         rows.append([backend, *row])
                         print(rows[-1], file=sys.stderr)
+                server = Server(home)
                 events.append([backend, "client killed mid-request", killed_client(server.url, tokens[0], claims[1])])
                 print(events[-1], file=sys.stderr)
                 server, outcome = restarted(home, server, tokens)
