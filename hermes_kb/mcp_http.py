@@ -27,6 +27,7 @@ from mcp.server.auth.provider import AccessToken
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from mcp.server.transport_security import TransportSecuritySettings
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.middleware import Middleware
 from starlette.middleware.authentication import AuthenticationMiddleware
 from starlette.responses import JSONResponse
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 MAX_BODY_BYTES = 1 << 20  # a tool call's arguments: the longest, a query, is capped far below this
 MAX_IN_FLIGHT_PER_SESSION = 8  # requests one client session has unanswered
 MAX_IN_FLIGHT_PER_CLIENT = 64  # all sessions of one token (or, without tokens, one address) together
+MAX_CONNECTIONS = 512  # open connections and requests the server holds at once (uvicorn's limit_concurrency)
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
 
@@ -59,6 +61,7 @@ class ServeRefused(Exception):
 
 
 def is_loopback(host: str) -> bool:
+    """Whether an address to bind serves this machine only; anything it cannot tell is not."""
     if host == "localhost":
         return True
     try:
@@ -138,8 +141,9 @@ class Guard:
             await self._bounded(scope, receive, send)
 
     async def _bounded(self, scope: Scope, receive: Receive, send: Send) -> None:
-        declared = dict(scope.get("headers") or []).get(b"content-length")
-        if declared is not None and (not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
+        lengths = Headers(scope=scope).getlist("content-length")
+        declared = lengths[0].encode() if lengths else None
+        if declared is not None and (len(set(lengths)) > 1 or not declared.isdigit() or int(declared) > MAX_BODY_BYTES):
             await _refuse(send, 413, f"A request body is at most {MAX_BODY_BYTES:,} bytes.")
             return
         if scope.get("method") != "POST":  # a GET holds the session's event stream open: not a request
@@ -148,7 +152,8 @@ class Guard:
         user = scope.get("user")
         client = "token:" + user.display_name if isinstance(user, AuthenticatedUser) else \
             "address:" + str((scope.get("client") or ("?",))[0])
-        session = dict(scope.get("headers") or []).get(b"mcp-session-id", b"").decode("latin-1")
+        # The first header of a name, as the SDK reads it (a second copy must not count as another session).
+        session = Headers(scope=scope).get("mcp-session-id", "")
         counted = [(client, MAX_IN_FLIGHT_PER_CLIENT)] + ([("session:" + session, MAX_IN_FLIGHT_PER_SESSION)] if session else [])
         if any(self.in_flight.get(key, 0) >= limit for key, limit in counted):
             await _refuse(send, 429, "Too many requests of this client are unanswered; wait for their answers.")
@@ -241,6 +246,10 @@ def check_start(settings: HttpSettings, tokens: TokenFile) -> int:
     if not is_loopback(settings.host) and count == 0:
         raise ServeRefused(f"Serving on {settings.host} would let anyone who can reach it search your files; add a "
                            f"token first (`hermes kb token add NAME --scope read`), or serve on 127.0.0.1.")
+    if settings.allowed_hosts and count == 0:
+        # A name for clients elsewhere means a proxy forwards their requests: as open as any other address.
+        raise ServeRefused(f"--allow-host {settings.allowed_hosts[0]} lets clients of other machines in (through a "
+                           f"proxy); add a token first (`hermes kb token add NAME --scope read`).")
     return count
 
 
@@ -256,7 +265,8 @@ def listen(settings: HttpSettings) -> socket.socket:
 def serve(app: Starlette, sock: socket.socket, on_started: Callable[[], None] | None = None) -> None:
     import uvicorn
 
-    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5)
+    config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=5,
+                            limit_concurrency=MAX_CONNECTIONS)  # past it: 503, before any body is read
     server = uvicorn.Server(config)
     if on_started is not None:
         original = server.startup

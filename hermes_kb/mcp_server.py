@@ -46,6 +46,7 @@ MAX_LISTED_RESOURCES = 1000
 READ_ALL_LINES = 1_000_000  # a resource is the whole file (the index's size limit already caps it)
 TOOLS = ("kb_search", "kb_read", "kb_status", "kb_index")  # kb_clear only with allow_clear
 ALL_TOOLS = (*TOOLS, "kb_clear")
+CALLS_PER_CLIENT = 8  # tool calls of one client (a token) running at once, each holding a worker thread
 TOOL_SCOPES = {"kb_search": "read", "kb_read": "read", "kb_status": "read", "kb_index": "write", "kb_clear": "admin"}
 RESOURCE_NOT_FOUND = -32002  # the MCP spec's code for an unknown resource
 
@@ -118,12 +119,13 @@ def _read_content(data: dict) -> tuple[str, dict]:
 
 
 def _status_line(row: dict) -> str:
+    root = f" ({_label(row['root'])})" if row.get("root") else ""  # absent for a client of another machine
     if not row.get("indexed"):
-        return f"{_label(row['name'])}: not indexed yet ({_label(row['root'])})"
+        return f"{_label(row['name'])}: not indexed yet{root}"
     changed = row.get("changed_on_disk")
     fresh = "" if not changed else f"; {changed} files changed on disk since (kb_index refreshes them)"
     return (f"{_label(row['name'])}: {row.get('files', 0)} files, {row.get('chunks', 0)} chunks, "
-            f"last indexed {row.get('last_indexed') or 'never'}{fresh} ({_label(row['root'])})")
+            f"last indexed {row.get('last_indexed') or 'never'}{fresh}{root}")
 
 
 def _status_content(rows: list) -> tuple[str, dict]:
@@ -156,10 +158,13 @@ def _error(message: str) -> types.CallToolResult:
 
 
 # --- instructions ---------------------------------------------------------------------------
-def instructions(kb: KnowledgeBase) -> str:
-    """What the client's model reads once at start: the directories as they are now, and the trust rule."""
+def instructions(kb: KnowledgeBase, host_paths: bool = True) -> str:
+    """What the client's model reads once at start: the directories as they are now, and the trust rule.
+    Without `host_paths` (clients of other machines) the directories by name only."""
     try:
         rows = kb.status()
+        if not host_paths:
+            rows = [{k: v for k, v in row.items() if k != "root"} for row in rows]
     except USER_ERRORS as exc:
         rows, problem = [], str(exc)
     else:
@@ -208,13 +213,19 @@ class KnowledgebaseMCP:
         # Each client session its own source ids, holding for the session's life.
         self._citations: weakref.WeakKeyDictionary[object, Citations] = weakref.WeakKeyDictionary()
         self._sessionless = Citations()  # a call made outside a session (tests driving the handlers)
+        self._limiters: dict[str, anyio.CapacityLimiter] = {}  # per client (token name; "" for this machine's)
 
-    async def blocking(self, function: Callable[..., T], *args: Any) -> T:
+    async def blocking(self, function: Callable[..., T], *args: Any, client: str = "") -> T:
+        """`function` in a worker thread, at most CALLS_PER_CLIENT at once per client: one client that
+        sends calls and drops its connections queues its own work, not everyone's."""
         def call() -> T:
             if self.ready is not None:
                 self.ready()
             return function(*args)
-        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True)
+        limiter = self._limiters.get(client)
+        if limiter is None:
+            limiter = self._limiters[client] = anyio.CapacityLimiter(CALLS_PER_CLIENT)
+        return await anyio.to_thread.run_sync(call, abandon_on_cancel=True, limiter=limiter)
 
     def citations(self, session: object) -> Citations:
         return self._sessionless if session is None else self._citations.setdefault(session, Citations())
@@ -257,7 +268,7 @@ class KnowledgebaseMCP:
             return _error(f"{name}: {problem}")
         try:
             result = await self.blocking(run_tool, name, self.kb, arguments, self.permissions_for(access),
-                                         self.citations(session))
+                                         self.citations(session), client=access.name if access else "")
             text, structured = CONTENT[name](result)
         except TOOL_ERRORS as exc:
             return _error(str(exc))

@@ -10,6 +10,8 @@ early exit says which stored hash came close.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import hmac
 import json
@@ -17,6 +19,7 @@ import os
 import re
 import secrets
 import stat
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +27,7 @@ from pathlib import Path
 SCOPES = ("read", "write", "admin")  # each includes the ones before it
 PREFIX = "hkb_"
 NAME_PATTERN = r"[A-Za-z0-9][A-Za-z0-9._@-]{0,63}"
+MAX_FILE_BYTES = 1 << 20  # thousands of tokens; a bigger file is not one this code wrote
 
 
 class TokenError(Exception):
@@ -56,24 +60,41 @@ class TokenFile:
 
     def __init__(self, path: Path):
         self.path = path
-        self._seen: tuple[int, int] | None = None
+        self._seen: tuple[int, ...] | None = None
         self._entries: list[dict] = []
 
     def _check_private(self, info: os.stat_result) -> None:
+        """Only a regular file of this user that nobody else may read or write, in a folder nobody else
+        may write (where others could swap the file): otherwise its hashes could be read and checked
+        offline, or tokens of someone else's added."""
+        if not stat.S_ISREG(info.st_mode):
+            raise TokenError(f"{self.path} is not a regular file (a link?); the MCP server reads tokens only from one.")
+        if info.st_uid != os.geteuid():
+            raise TokenError(f"{self.path} belongs to another user; the MCP server reads tokens only from your own file.")
         if info.st_mode & (stat.S_IRWXG | stat.S_IRWXO):
             raise TokenError(f"{self.path} can be read or written by other users; run `chmod 600 {self.path}` "
                              f"(the MCP server refuses tokens it cannot keep secret).")
+        folder = self.path.parent.stat()
+        if folder.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise TokenError(f"{self.path.parent} can be written by other users, who could replace the token file; "
+                             f"run `chmod go-w {self.path.parent}`.")
 
     def entries(self) -> list[dict]:
-        try:
-            info = self.path.stat()
+        try:  # no link followed; checked and read through one descriptor (nothing swapped in between)
+            descriptor = os.open(self.path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except FileNotFoundError:
             self._seen, self._entries = None, []
             return []
-        self._check_private(info)
-        if self._seen != (info.st_mtime_ns, info.st_size):
+        except OSError as exc:
+            raise TokenError(f"Cannot read {self.path}: {exc.strerror or exc} (a link is not followed).") from None
+        with os.fdopen(descriptor, "rb") as handle:
+            info = os.fstat(handle.fileno())
+            self._check_private(info)
+            seen = (info.st_ino, info.st_mtime_ns, info.st_ctime_ns, info.st_size)
+            if self._seen == seen:
+                return self._entries
             try:
-                data = json.loads(self.path.read_text(encoding="utf-8"))
+                data = json.loads(handle.read(MAX_FILE_BYTES + 1)[:MAX_FILE_BYTES].decode("utf-8"))
                 entries = [dict(e) for e in data["tokens"]]
                 if not all(isinstance(e.get("name"), str) and e.get("scope") in SCOPES
                            and isinstance(e.get("sha256"), str) for e in entries):
@@ -81,8 +102,8 @@ class TokenFile:
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 raise TokenError(f"{self.path} is not a token file this version wrote ({exc}); remove it and "
                                  f"add the tokens again.") from None
-            self._seen, self._entries = (info.st_mtime_ns, info.st_size), entries
-        return self._entries
+        self._seen, self._entries = seen, entries
+        return entries
 
     def configured(self) -> bool:
         return bool(self.entries())
@@ -100,6 +121,16 @@ class TokenFile:
         """Names, scopes and dates; never a token or its hash."""
         return [{"name": e["name"], "scope": e["scope"], "created": e.get("created")} for e in self.entries()]
 
+    @contextlib.contextmanager
+    def _changing(self):
+        """One change at a time: two `token` commands at once each read, change and write the file, and
+        the second would put back a token the first had removed."""
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        with open(self.path.with_name(f".{self.path.name}.lock"), "a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            self._seen = None
+            yield self.entries()
+
     def add(self, name: str, scope: str) -> str:
         """A new token named `name` with `scope`; returned once, never stored."""
         if not re.fullmatch(NAME_PATTERN, name or ""):
@@ -107,27 +138,25 @@ class TokenFile:
                              f"(at most 64, starting with a letter or digit).")
         if scope not in SCOPES:
             raise TokenError(f"{scope!r} is not a scope; choose one of {', '.join(SCOPES)}.")
-        entries = self.entries()
-        if any(e["name"] == name for e in entries):
-            raise TokenError(f"A token named {name} exists; remove it first (`hermes kb token remove {name}`).")
-        token = PREFIX + secrets.token_urlsafe(32)
-        self._write([*entries, {"name": name, "scope": scope, "sha256": _digest(token),
-                                "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}])
+        with self._changing() as entries:
+            if any(e["name"] == name for e in entries):
+                raise TokenError(f"A token named {name} exists; remove it first (`hermes kb token remove {name}`).")
+            token = PREFIX + secrets.token_urlsafe(32)
+            self._write([*entries, {"name": name, "scope": scope, "sha256": _digest(token),
+                                    "created": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}])
         return token
 
     def remove(self, name: str) -> None:
-        entries = self.entries()
-        kept = [e for e in entries if e["name"] != name]
-        if len(kept) == len(entries):
-            raise TokenError(f"No token is named {name}; `hermes kb token list` shows them.")
-        self._write(kept)
+        with self._changing() as entries:
+            kept = [e for e in entries if e["name"] != name]
+            if len(kept) == len(entries):
+                raise TokenError(f"No token is named {name}; `hermes kb token list` shows them.")
+            self._write(kept)
 
     def _write(self, entries: list[dict]) -> None:
         """Written whole to a private temporary file, then renamed over the old one: a reader never
         sees half a file, and the file is never readable by others, not even for a moment."""
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        temporary = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        descriptor, temporary = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)  # 0600, O_EXCL
         with os.fdopen(descriptor, "w", encoding="utf-8") as handle:
             json.dump({"tokens": entries}, handle, indent=1)
             handle.flush()

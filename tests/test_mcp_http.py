@@ -100,6 +100,17 @@ def test_a_token_is_shown_once_kept_as_a_hash_and_refused_from_a_file_others_can
     with pytest.raises(TokenError, match="chmod 600"):
         tokens.verify(token)
     os.chmod(tokens.path, 0o600)
+    os.chmod(tokens.path.parent, 0o775)  # others could swap the file for theirs
+    with pytest.raises(TokenError, match="can be written by other users"):
+        tokens.verify(token)
+    os.chmod(tokens.path.parent, 0o700)
+    planted = tokens.path.parent / "planted.json"  # a link to a private file of the attacker's choosing
+    os.replace(tokens.path, planted)
+    tokens.path.symlink_to(planted)
+    with pytest.raises(TokenError, match="a link is not followed"):
+        tokens.verify(token)
+    tokens.path.unlink()
+    os.replace(planted, tokens.path)
     tokens.remove("alice")
     assert tokens.verify(token) is None
     with pytest.raises(TokenError, match="No token is named alice"):
@@ -147,6 +158,8 @@ def test_each_scope_is_offered_and_allowed_only_its_tools(served, tree):
         assert names == ["kb_read", "kb_search", "kb_status"]
         assert not found.isError and "deploy.md" in found.content[0].text
         assert found.structuredContent["hits"][0]["location"] == "docs/deploy.md:1"  # no folder of the host
+        status = call(url, reader, lambda session: session.call_tool("kb_status", {}))
+        assert str(docs) not in status.content[0].text + json.dumps(status.structuredContent)
         assert refused.isError and "needs a token with the write scope" in refused.content[0].text
 
         async def as_writer(session):
@@ -156,6 +169,8 @@ def test_each_scope_is_offered_and_allowed_only_its_tools(served, tree):
         names, refreshed, new_folder, clear = call(url, writer, as_writer)
         assert names == ["kb_index", "kb_read", "kb_search", "kb_status"] and not refreshed.isError
         assert new_folder.isError and "may only refresh folders the user has indexed" in new_folder.content[0].text
+        probe = call(url, writer, lambda session: session.call_tool("kb_index", {"directory": "~"}))
+        assert probe.isError and os.path.expanduser("~") not in probe.content[0].text  # no path resolved for it
         assert clear.isError and "admin scope" in clear.content[0].text
 
         async def as_admin(session):
@@ -186,9 +201,11 @@ def test_a_removed_token_stops_working_at_its_next_request(served):
 
 def test_host_and_origin_outside_the_allowlist_and_oversized_bodies_are_refused(served):
     kb, _ = served
+    token = TokenFile(token_file(kb.hermes_home)).add("proxied", "read")  # a name for other machines needs tokens
     with serving(kb, HttpSettings(port=0, allowed_hosts=["kb.example.org"])) as url:
         port = url.split(":")[2].split("/")[0]
-        base = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
+        base = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json",
+                "Authorization": f"Bearer {token}"}
         initialize = {"jsonrpc": "2.0", "id": 1, "method": "initialize",
                       "params": {"protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}
         rebinding = httpx.post(url, json=initialize, headers={**base, "Host": f"attacker.example:{port}"})
@@ -206,6 +223,8 @@ def test_binding_beyond_this_machine_without_tokens_is_refused(hermes_home):
     with pytest.raises(ServeRefused, match="add a token first"):
         check_start(HttpSettings(host="0.0.0.0"), tokens)
     assert check_start(HttpSettings(host="127.0.0.1"), tokens) == 0
+    with pytest.raises(ServeRefused, match="--allow-host kb.example.org lets clients of other machines in"):
+        check_start(HttpSettings(allowed_hosts=["kb.example.org"]), tokens)  # behind a proxy: as open
     tokens.add("team", "read")
     assert check_start(HttpSettings(host="0.0.0.0"), tokens) == 1
 

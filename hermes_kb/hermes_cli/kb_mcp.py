@@ -209,7 +209,8 @@ def run_http(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     model.start()
     from hermes_kb.mcp_http import access_of
 
-    server = build_server(kb, allow_clear=settings.allow_clear, server_instructions=instructions(kb),
+    # Every client is told the directories by name only: whoever connects over HTTP may be on another machine.
+    server = build_server(kb, allow_clear=settings.allow_clear, server_instructions=instructions(kb, host_paths=False),
                           ready=model.join, access=access_of)
     host, port = sock.getsockname()[:2]
     url = f"http://{'[' + host + ']' if ':' in host else host}:{port}/mcp"

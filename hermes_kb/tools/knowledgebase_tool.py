@@ -156,20 +156,41 @@ def _read(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Ci
 def _index(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Citations | None) -> list:
     target = args.get("directory") or None  # "" would otherwise name the working directory
     if target is None:
-        return [s.to_dict() for s in kb.index()]
+        return [_summary(s, permissions) for s in kb.index()]
     # Resolved once: the run indexes the directory this check judged, never the string read again (a
     # link swapped between the two would index a folder nobody allowed).
     directory = kb.indexed_target(target)
+    if directory is None and not permissions.may(INDEX_NEW_FOLDER):
+        # Refused before the string is resolved: expanding `~` or `${VAR}` and saying whether the folder
+        # exists would let a caller who may not index new folders probe the host's file system.
+        raise PermissionRefused(f"kb_index may only refresh folders the user has indexed, and {target[:200]!r} "
+                                f"is not one of them (kb_status lists them). Only the user can allow this (or set "
+                                f"knowledgebase.allow_model_index_new_folders: true).")
     if directory is None:
         directory = kb.config.ad_hoc(target, taken={d.name for d in kb.known_directories()})  # one sentence if no folder
         permissions.require(INDEX_NEW_FOLDER, f"The model asks to index {directory.path}, a folder you have not "
                                               f"indexed; its files would become searchable in this chat. Allow? [y/N] ",
                             f"kb_index may only refresh folders the user has indexed, and {directory.path} is not one.")
-    return [kb.index_one(directory).to_dict()]
+    return [_summary(kb.index_one(directory), permissions)]
+
+
+HOST_FIELDS = ("root", "index_path")  # where things are on this machine: for the host's own user only
+
+
+def _summary(summary, permissions: Permissions) -> dict:
+    data = summary.to_dict()
+    return data if permissions.host_paths else {k: v for k, v in data.items() if k not in HOST_FIELDS}
 
 
 def _status(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Citations | None) -> list:
-    return kb.status()
+    rows = kb.status()
+    if not permissions.host_paths:
+        for row in rows:
+            for field in HOST_FIELDS:
+                row.pop(field, None)
+            if row.get("ocr_reader"):
+                row["ocr_reader"] = row["ocr_reader"].split(" (", 1)[0]
+    return rows
 
 
 def _clear(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Citations | None) -> dict:

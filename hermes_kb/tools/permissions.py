@@ -40,6 +40,10 @@ class Permissions:
     # remote MCP client, who get DIRECTORY/PATH (the form citations use) and cannot open host paths anyway.
     host_paths: bool = True
 
+    def may(self, action: str) -> bool:
+        """Whether `action` could be allowed here at all: by config, or by asking someone."""
+        return SWITCHES[action][0](self.config) or self.ask is not None
+
     def require(self, action: str, question: str, refusal: str) -> None:
         allowed_by_config, switch = SWITCHES[action]
         if allowed_by_config(self.config):
