@@ -40,14 +40,13 @@ import yaml
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hermes_kb.agent.knowledgebase import keyword_cache, vector_cache  # noqa: E402
-from hermes_kb.agent.knowledgebase.chunker import Chunk  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import percentile  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from hermes_kb.mcp_tokens import TokenFile, token_file  # noqa: E402
 from benchmarks._report import report  # noqa: E402
-from benchmarks.pg_store import SERVER_SETTINGS  # noqa: E402
-from benchmarks.query_latency import CHUNKS_PER_FILE, scifact_material  # noqa: E402
+from benchmarks.pg_store import SERVER_SETTINGS, corpus  # noqa: E402
+from benchmarks.query_latency import scifact_material  # noqa: E402
 
 HERMES = [sys.executable, "-m", "hermes_kb.hermes_cli.main"]
 NOTES = 1_000
@@ -59,17 +58,10 @@ def write_index(kb: KnowledgeBase, root: Path, size: int, texts, vectors, rng) -
     path = kb.index_path(directory)
     with kb.backend.writer_lock(path, directory.name, create=True), kb.backend.open(path, name=directory.name) as store:
         store.pin_model(kb.embedder().identity)
-        for file_no in range(size // CHUNKS_PER_FILE):
-            chunks, block = [], []
-            for j in range(CHUNKS_PER_FILE):
-                base = (file_no * CHUNKS_PER_FILE + j) % len(texts)
-                chunks.append(Chunk(texts[base], 0, len(texts[base]), j + 1, j + 1, None, ""))
-                noisy = vectors[base] + rng.normal(0, 0.02, vectors[base].shape).astype(np.float32)
-                block.append(noisy / np.linalg.norm(noisy, axis=1, keepdims=True))
-            path = root / f"f{file_no:06}.txt"
-            path.write_text("synthetic")
-            stat = path.stat()
-            store.write_file(path.name, stat.st_size, stat.st_mtime_ns, f"h{file_no}", "text", chunks, block)
+        for name, chunks, block in corpus(size, texts, vectors, rng):
+            (root / name).write_text("synthetic")
+            stat = (root / name).stat()
+            store.write_file(name, stat.st_size, stat.st_mtime_ns, f"h-{name}", "text", chunks, block)
         if hasattr(store, "build_vector_index"):
             store.build_vector_index()
         else:
