@@ -78,7 +78,7 @@ THROUGH_PLUGIN_MANAGER = textwrap.dedent("""
     json.dump({
         "enabled": loaded.enabled, "error": loaded.error, "tools": sorted(loaded.tools_registered),
         "hooks": loaded.hooks_registered, "commands": loaded.commands_registered,
-        "toolsets": sorted({registry.get_toolset_for_tool(n) for n in names}),
+        "toolsets": sorted({registry.get_toolset_for_tool(n) for n in names} - {None}),
         "definitions": sorted(d["function"]["name"] for d in registry.get_definitions(set(names), quiet=True)),
         "slash_status": get_plugin_command_handler("kb")("status"),
         "clear": json.loads(registry.dispatch("kb_clear", {"directory": "kb"}, task_id="t") or "{}"),
@@ -522,8 +522,12 @@ def through_mcp_http(venv: Path, env: dict, work: Path, server: FakeOpenAI) -> N
     finally:
         served.terminate()
         _, errors = served.communicate(timeout=60)
-    check("token teammate: kb_search" in errors and token not in errors,
-          "the server logged which token searched, by name only", errors[-2000:])
+    # Under Hermes's CLI, Hermes owns logging: the lines go to its agent.log (under `hermes-kb`, to stderr).
+    logs = "".join(path.read_text(errors="replace") for path in (Path(env["HERMES_HOME"]) / "logs").glob("*.log"))
+    check("token teammate: kb_search" in errors + logs and token not in errors + logs,
+          "the server logged which token searched, by name only", (errors + logs)[-2000:])
+    teammate_logs = "".join(p.read_text(errors="replace") for p in (work / "teammate-home").glob("logs/*.log"))
+    check(token not in teammate_logs, "the teammate's Hermes does not log the token either")
     print(f"$ hermes kb mcp --http  ({time.monotonic() - started:.1f} s)")
 
 
