@@ -84,7 +84,8 @@ def test_an_mbox_is_one_part_per_message_headed_by_its_headers(tree, make_kb, tm
     kb = make_kb(tree({"inbox.mbox": mbox_bytes(tmp_path)}))
     kb.index()
     hit = search(kb, "warranty Rotterdam")[0]
-    assert hit.part == "message 1" and hit.heading.startswith("Pump warranty (from ana@example.org")
+    assert hit.part == "message 1" and hit.heading.startswith("Pump warranty (from ana@example.org)")  # a short label
+    assert "to team@example.org · Tue, 01 Dec 2026" in hit.text  # recipients and date: the message's first line
     assert search(kb, "PX-4471")[0].part == "message 1"  # the text attachment is indexed under its message
     lunch = search(kb, "pizza")[0]
     assert lunch.part == "message 2" and "From the kitchen team" in lunch.text  # a body line, not a separator

@@ -179,10 +179,12 @@ def _attachments(message: EmailMessage) -> list[str]:
 def _message_markdown(message: EmailMessage) -> str:
     subject = _header(message, "Subject") or "(no subject)"
     sender, to, date = _header(message, "From"), _header(message, "To"), _header(message, "Date")
-    people = " · ".join(part for part in (f"from {sender}" if sender else "", f"to {to}" if to else "", date) if part)
-    heading = f"# {subject}" + (f" ({people})" if people else "")
+    # The subject and sender head every passage's citation; recipients and date, which made that label a
+    # whole header line in every block, are the message's first line instead (still searched).
+    heading = f"# {subject}" + (f" (from {sender})" if sender else "")
+    sent = " · ".join(part for part in (f"to {to}" if to else "", date) if part)
     body = _body(message).strip()
-    return _newlines("\n\n".join([heading, body, *_attachments(message)]).strip()) + "\n"
+    return _newlines("\n\n".join([heading, *([sent] if sent else []), body, *_attachments(message)]).strip()) + "\n"
 
 
 def _email(data: bytes, kind: str) -> Document:
