@@ -18,6 +18,7 @@ import ipaddress
 import json
 import logging
 import socket
+import time
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -34,13 +35,14 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from hermes_kb.mcp_tokens import Grant, TokenError, TokenFile
+from hermes_kb.mcp_tokens import NO_ACCESS, Grant, TokenError, TokenFile
 
 log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES = 1 << 20  # a tool call's arguments: the longest, a query, is capped far below this
 MAX_IN_FLIGHT_PER_SESSION = 8  # requests one client session has unanswered
 MAX_IN_FLIGHT_PER_CLIENT = 64  # all sessions of one token (or, without tokens, one address) together
+REFUSALS_SAID_EVERY_S = 60.0  # unknown tokens are counted and said at most this often
 MAX_CONNECTIONS = 512  # open connections and requests the server holds at once (uvicorn's limit_concurrency)
 LOCAL_HOSTS = ("127.0.0.1", "localhost", "[::1]")
 
@@ -93,6 +95,7 @@ class TokenVerifier:
 
     def __init__(self, tokens: TokenFile):
         self.tokens = tokens
+        self._refused, self._said = 0, -REFUSALS_SAID_EVERY_S
 
     async def verify_token(self, token: str) -> AccessToken | None:
         try:
@@ -101,19 +104,27 @@ class TokenVerifier:
             log.error("%s", exc)
             return None
         if grant is None:
-            log.info("a request with an unknown token was refused")
+            self._refused += 1
+            if time.monotonic() - self._said >= REFUSALS_SAID_EVERY_S:  # said, not flooded: one line a minute
+                log.info("%d request(s) with an unknown token refused", self._refused)
+                self._refused, self._said = 0, time.monotonic()
             return None
         return AccessToken(token="", client_id=grant.name, scopes=grant.scopes)  # the token itself is not kept
 
 
+TOKENS_REQUIRED = "hermes_kb.tokens_required"  # set in the ASGI scope by Guard for every request it judged
+
+
 def access_of(request: object) -> Grant | None:
     """What the client of an HTTP request may do: its token's grant; None without tokens (this machine
-    only), which offers what the stdio server offers."""
-    user = (getattr(request, "scope", None) or {}).get("user")
+    only), which offers what the stdio server offers. A request that reached here without a token where
+    one was required gets nothing (Guard turns it away first; this is the second wall, not the first)."""
+    scope = getattr(request, "scope", None) or {}
+    user = scope.get("user")
     if isinstance(user, AuthenticatedUser):
         token = user.access_token
         return Grant(token.client_id, token.scopes[-1])
-    return None
+    return NO_ACCESS if scope.get(TOKENS_REQUIRED, True) else None
 
 
 class Guard:
@@ -135,7 +146,8 @@ class Guard:
             return True
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self._tokens_required():
+        required = scope[TOKENS_REQUIRED] = self._tokens_required()
+        if required:
             await self.authenticated(scope, receive, send)
         else:
             await self._bounded(scope, receive, send)

@@ -43,7 +43,10 @@ class Grant:
 
     @property
     def scopes(self) -> list[str]:
-        return list(SCOPES[:SCOPES.index(self.scope) + 1])
+        return list(SCOPES[:SCOPES.index(self.scope) + 1]) if self.scope in SCOPES else []
+
+
+NO_ACCESS = Grant("unauthenticated", "none")  # offered nothing, allowed nothing
 
 
 def token_file(hermes_home: Path) -> Path:

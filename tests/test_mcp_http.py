@@ -321,3 +321,16 @@ def test_a_free_port_is_told_and_a_taken_one_is_one_sentence():
     with pytest.raises(ServeRefused, match="Cannot listen on 127.0.0.1"):
         listen(HttpSettings(port=taken.getsockname()[1]))
     taken.close()
+
+
+def test_a_request_without_a_token_where_one_was_required_is_allowed_nothing():
+    """The second wall behind Guard: should a request ever reach the tools unauthenticated where tokens
+    are required, it is offered no tool, not this machine's own client's."""
+    from types import SimpleNamespace
+
+    from hermes_kb.mcp_http import TOKENS_REQUIRED
+    from hermes_kb.mcp_tokens import NO_ACCESS
+
+    assert access_of(SimpleNamespace(scope={TOKENS_REQUIRED: True})) is NO_ACCESS and NO_ACCESS.scopes == []
+    assert access_of(SimpleNamespace(scope={TOKENS_REQUIRED: False})) is None  # loopback, no tokens: the user's own
+    assert access_of(SimpleNamespace(scope={})) is NO_ACCESS  # not judged by Guard: nothing
