@@ -45,7 +45,6 @@ URI_TEMPLATE = "kb://{directory}/{path}"
 MAX_LISTED_RESOURCES = 1000
 READ_ALL_LINES = 1_000_000  # a resource is the whole file (the index's size limit already caps it)
 TOOLS = ("kb_search", "kb_read", "kb_status", "kb_index")  # kb_clear only with allow_clear
-ALL_TOOLS = (*TOOLS, "kb_clear")
 CALLS_PER_CLIENT = 8  # tool calls of one client (a token) running at once, each holding a worker thread
 TOOL_SCOPES = {"kb_search": "read", "kb_read": "read", "kb_status": "read", "kb_index": "write", "kb_clear": "admin"}
 RESOURCE_NOT_FOUND = -32002  # the MCP spec's code for an unknown resource
@@ -162,9 +161,7 @@ def instructions(kb: KnowledgeBase, host_paths: bool = True) -> str:
     """What the client's model reads once at start: the directories as they are now, and the trust rule.
     Without `host_paths` (clients of other machines) the directories by name only."""
     try:
-        rows = kb.status()
-        if not host_paths:
-            rows = [{k: v for k, v in row.items() if k != "root"} for row in rows]
+        rows = kb.status(host_paths=host_paths)
     except USER_ERRORS as exc:
         rows, problem = [], str(exc)
     else:
@@ -233,7 +230,7 @@ class KnowledgebaseMCP:
     def offered(self, access: Access | None) -> tuple[str, ...]:
         if access is None:
             return self.tools
-        return tuple(name for name in ALL_TOOLS if TOOL_SCOPES[name] in access.scopes)
+        return tuple(name for name, scope in TOOL_SCOPES.items() if scope in access.scopes)
 
     def permissions_for(self, access: Access | None) -> Permissions:
         """An admin token may index new folders and clear; a write token refreshes configured folders only.

@@ -297,18 +297,15 @@ def _status_table(rows: list[dict], width: int) -> Table:
     for column in (*columns, "root"):
         table.add_column(column, no_wrap=True, justify="right" if column in ("files", "chunks", "size") else "left")
     for row, line in zip(rows, cells):
-        root = short_path(printable(row["root"] or "-"), max(ROOT_MIN_WIDTH // 2, root_width()))
+        root = short_path(printable(row.get("root") or "-"), max(ROOT_MIN_WIDTH // 2, root_width()))
         table.add_row(*(escape(line[column]) for column in columns), escape(root))
     return table
 
 
 def _status(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
-    rows = kb.status(args.target)
+    rows = kb.status(args.target, host_paths=args.host_paths)  # a gateway chat's members: no folder of the host
     for row in rows:
         row["state"] = _state(row)
-        if not args.host_paths:  # a gateway chat's members: the directories by name, no folder of the host
-            row["root"] = None
-            row["ocr_reader"] = (row.get("ocr_reader") or "").split(" (", 1)[0] or None
     if args.json:
         _emit_json(out, rows)
         return 0

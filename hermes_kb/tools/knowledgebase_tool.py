@@ -17,7 +17,7 @@ from hermes_kb.agent.knowledgebase.context import cited_location, hit_key, locat
 from hermes_kb.agent.knowledgebase.config import RERANK_MODES, DirectoryConfig, KnowledgebaseConfig
 from hermes_kb.agent.knowledgebase.retriever import MODES
 from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
-from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
+from hermes_kb.agent.knowledgebase.service import HOST_FIELDS, USER_ERRORS, KnowledgeBase, KnowledgebaseError
 
 from .permissions import CLEAR, INDEX_NEW_FOLDER, PermissionRefused, Permissions
 from .registry import ToolRegistry, error
@@ -174,23 +174,14 @@ def _index(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: C
     return [_summary(kb.index_one(directory), permissions)]
 
 
-HOST_FIELDS = ("root", "index_path")  # where things are on this machine: for the host's own user only
-
-
 def _summary(summary, permissions: Permissions) -> dict:
+    """An index run's summary; its folder only for whoever may see this machine's paths."""
     data = summary.to_dict()
     return data if permissions.host_paths else {k: v for k, v in data.items() if k not in HOST_FIELDS}
 
 
 def _status(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Citations | None) -> list:
-    rows = kb.status()
-    if not permissions.host_paths:
-        for row in rows:
-            for field in HOST_FIELDS:
-                row.pop(field, None)
-            if row.get("ocr_reader"):
-                row["ocr_reader"] = row["ocr_reader"].split(" (", 1)[0]
-    return rows
+    return kb.status(host_paths=permissions.host_paths)
 
 
 def _clear(kb: KnowledgeBase, args: dict, permissions: Permissions, citations: Citations | None) -> dict:

@@ -367,12 +367,14 @@ def best_reader() -> str:
     return "tesserocr" if importlib.util.find_spec(READERS["tesserocr"].module) is not None else "mupdf"
 
 
-def describe() -> str:
-    """What reads pictures of text on this machine, for `hermes kb status`."""
+def describe(with_folder: bool = True) -> str:
+    """What reads pictures of text on this machine, for `hermes kb status`; the language data's folder
+    only `with_folder` (a status for whoever may see this machine's paths)."""
     folder = tessdata_dir()
     if folder is None:
         return f"none; {HOW_TO_ENABLE}"
-    return f"{READERS[best_reader()].name}, languages {languages_in(folder)} ({folder})"
+    where = f" ({folder})" if with_folder else ""
+    return f"{READERS[best_reader()].name}, languages {languages_in(folder)}{where}"
 
 
 def engine(cache: Path | None) -> Ocr | None:

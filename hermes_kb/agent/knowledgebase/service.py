@@ -42,6 +42,7 @@ LOW_COVERAGE = 0.5  # model_coverage of an index under this: status says the mod
 # `[[Note]]`, `[[Note#Heading]]`, `[[Note|shown text]]`: a note vault's link, which kb_read can follow.
 WIKILINK = re.compile(r"\[\[([^\]|#\n]+)(?:#([^\]|\n]*))?(?:\|[^\]\n]*)?\]\]")
 FORGOTTEN = ("forgotten",)  # a reader's identity once forget() was called: never an index's (backends.identity)
+HOST_FIELDS = ("root", "index_path")  # where an index and its folder are on this machine
 MAX_QUERY_CHARS = 8_000  # a long pasted traceback fits; a 20 MB query cost 58 s and 2.6 GB
 INLINE_REFRESH_BYTES = 256_000  # a changed file this small is re-indexed before its hit is returned
 # A shared index another machine changed: this machine's keyword copy is searched with the chunks
@@ -428,10 +429,7 @@ class KnowledgeBase:
             raise KnowledgebaseError(f"The query is {len(query):,} characters long; at most {MAX_QUERY_CHARS:,} "
                                      f"are searched, so shorten it to the words that matter.")
         only = search_filter(FILE_KINDS, kind, path_glob, tags, since, before)
-        try:  # keyword search judges nothing, so it loads no model (as it loads no embedder)
-            engine = self.rerankers.for_mode("off" if mode == "keyword" else rerank or self.config.rerank, self.config)
-        except reranker.RerankError as exc:
-            raise KnowledgebaseError(str(exc)) from None
+        engine = self._judge(rerank, judging=mode != "keyword")
         arguments = dict(query=well_formed(query), k=k, directory=directory, mode=mode, only=only,
                          max_tokens=max_tokens, min_score=min_score, engine=engine)
         result = self._search(**arguments)
@@ -451,6 +449,14 @@ class KnowledgeBase:
                     log.warning("could not refresh %s before answering: %s", target.name, exc)
         return self._search(**arguments)
 
+    def _judge(self, rerank: str | None, judging: bool) -> reranker.Reranker | None:
+        """The relevance stage a search asks for (`rerank`, else the config's). Keywords alone are judged
+        by nothing, so they load no model, as they load no embedder."""
+        try:
+            return self.rerankers.for_mode(rerank or self.config.rerank if judging else "off", self.config)
+        except reranker.RerankError as exc:
+            raise KnowledgebaseError(str(exc)) from None
+
     def _search_typed(self, searches: Sequence[object], intent: str | None, k: int, rerank: str | None,
                       max_tokens: int | None, **narrowing) -> SearchResult:
         """Each typed search as the search of its mode, unjudged; the fused list judged once (retriever.conclude)."""
@@ -468,11 +474,7 @@ class KnowledgeBase:
             return self.search(search.query, k=candidates, mode=search.mode, rerank="off", **narrowing)
 
         fused = typed_search.search_all(parsed, k, run)
-        judging = any(search.mode != "keyword" for search in parsed)  # keywords alone load no model, as in keyword mode
-        try:
-            engine = self.rerankers.for_mode(rerank or self.config.rerank, self.config) if judging else None
-        except reranker.RerankError as exc:
-            raise KnowledgebaseError(str(exc)) from None
+        engine = self._judge(rerank, judging=any(search.mode != "keyword" for search in parsed))
         options = SearchOptions(k=k, max_tokens=max_tokens, reranker=engine, rerank_cache=self.rerankers.cache)
         return conclude(fused, fused.hits, well_formed(typed_search.judged_query(parsed, intent)), options)
 
@@ -743,9 +745,11 @@ class KnowledgeBase:
         rel = os.path.normpath(path).replace(os.sep, "/")
         return None if rel == "." or rel.startswith("../") or rel == ".." else rel
 
-    def status(self, target: str | None = None) -> list[dict]:
+    def status(self, target: str | None = None, host_paths: bool = True) -> list[dict]:
         """One row per directory (and per orphaned index when no target is given); a directory whose
-        index cannot be read gets a `problem` sentence instead of failing the others."""
+        index cannot be read gets a `problem` sentence instead of failing the others. Without
+        `host_paths` (a gateway's members, another machine's client) no row names a folder of this
+        machine: no root, index path or OCR data folder."""
         rows = []
         try:
             directories = self.targets(target)
@@ -753,7 +757,7 @@ class KnowledgeBase:
             if target is not None or not self.orphans():
                 raise
             directories = []  # nothing configured, but a first run under way (or cut short) is worth listing
-        ocr_reader = ocr_engine.describe()
+        ocr_reader = ocr_engine.describe(with_folder=host_paths)
         for directory in directories:
             path = self.index_path(directory)
             row = {"name": directory.name, "root": str(directory.path), "index_path": str(path),
@@ -777,6 +781,8 @@ class KnowledgeBase:
                          "health": "orphaned",
                          "problem": f"The index {o.name} belongs to no folder: {o.reason}; `hermes kb clear {o.name}` "
                                     f"removes it."} for o in self.orphans())
+        if not host_paths:
+            rows = [{k: v for k, v in row.items() if k not in HOST_FIELDS} for row in rows]
         return rows
 
     def _index_status(self, directory: DirectoryConfig, path: Path, indexing: bool) -> dict:
