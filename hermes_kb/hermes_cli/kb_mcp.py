@@ -189,7 +189,7 @@ def run_mcp(kb: KnowledgeBase, args, out: Console, err: Console, foreground: boo
 
 def run_http(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
     """Serve streamable HTTP until interrupted (Ctrl-C, SIGTERM); returns the exit code."""
-    from hermes_kb.mcp_http import HttpSettings, ServeRefused, build_app, check_start, listen, serve
+    from hermes_kb.mcp_http import HttpSettings, ServeRefused, access_of, build_app, check_start, listen, serve
     from hermes_kb.mcp_server import build_server, instructions
     from hermes_kb.mcp_tokens import TokenFile, token_file
 
@@ -207,8 +207,6 @@ def run_http(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
         return 1
     model = threading.Thread(target=_load_model, args=(kb,), name="hermes-kb model load", daemon=True)
     model.start()
-    from hermes_kb.mcp_http import access_of
-
     # Every client is told the directories by name only: whoever connects over HTTP may be on another machine.
     server = build_server(kb, allow_clear=settings.allow_clear, server_instructions=instructions(kb, host_paths=False),
                           ready=model.join, access=access_of)

@@ -512,6 +512,12 @@ def keyword_share(alpha: float, configured: float) -> float:
     return 1.0 - (1.0 - KEYWORD_SCALE_SHARE) * min(1.0, alpha / configured)
 
 
+def reciprocal_rank(ranks: Sequence[int], k: int, lists: int) -> float:
+    """Reciprocal rank fusion of one item's 0-based ranks in the lists that hold it, scaled so an item
+    first in all `lists` lists scores 1.0 (the scale weighted fusion and the relevance blend expect)."""
+    return sum(1.0 / (k + 1 + rank) for rank in ranks) * (k + 1) / lists
+
+
 def _fuse(candidates: list[_Candidate], options: SearchOptions, query: str = "",
           language: str = analysis.ENGLISH) -> list[tuple[float, _Candidate]]:
     # bm25 is normalised per index: IDF statistics differ between indexes (a tiny one
@@ -533,9 +539,8 @@ def _fuse(candidates: list[_Candidate], options: SearchOptions, query: str = "",
     for candidate in candidates:
         alpha = alphas.get(candidate.source.key, fixed)
         if options.fusion == "rrf" and options.mode == "hybrid":
-            # Scaled so a hit ranked first by both retrievers scores 1.0.
             ranks = [r for r in (candidate.vector_rank, candidate.keyword_rank) if r is not None]
-            score = sum(1.0 / (options.rrf_k + 1 + r) for r in ranks) * (options.rrf_k + 1) / 2
+            score = reciprocal_rank(ranks, options.rrf_k, lists=2)
         else:
             cosine = candidate.similarity or 0.0
             share = keyword_share(alpha, fixed) if candidate.source.key in alphas else plain_share

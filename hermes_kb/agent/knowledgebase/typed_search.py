@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Mapping, Sequence
 
-from .retriever import Hit, SearchResult
+from .retriever import Hit, SearchResult, reciprocal_rank
 
 MODE_OF_TYPE = {"lex": "keyword", "vec": "vector", "hyde": "vector"}
 MAX_SEARCHES = 8
@@ -73,18 +73,17 @@ def fuse(results: Sequence[SearchResult], k: int) -> SearchResult:
     union; scores scaled so a passage first in every list scores 1 (the relevance stage blends on that
     scale, as with a single search)."""
     fused: dict[tuple[str, int], Hit] = {}
-    totals: dict[tuple[str, int], float] = {}
+    ranks: dict[tuple[str, int], list[int]] = {}
     for result in results:
         for rank, hit in enumerate(result.hits):
             key = (hit.directory, hit.chunk_id)
-            totals[key] = totals.get(key, 0.0) + 1.0 / (RRF_K + rank + 1)
+            ranks.setdefault(key, []).append(rank)
             if key not in fused:
                 fused[key] = hit
             else:
                 fused[key].found_by = sorted(set(fused[key].found_by) | set(hit.found_by))
-    best = len(results) / (RRF_K + 1)
     for key, hit in fused.items():
-        hit.score = round(totals[key] / best, 4)
+        hit.score = round(reciprocal_rank(ranks[key], RRF_K, len(results)), 4)
     order = sorted(fused.values(), key=lambda hit: hit.score, reverse=True)
     warnings = list(dict.fromkeys(w for result in results for w in result.warnings))
     unmatched = [word for result in results for word in result.unmatched] if not order else []
