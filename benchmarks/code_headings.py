@@ -27,8 +27,9 @@ try:
     from hermes_kb.agent.knowledgebase.code_units import KIND_GRAMMARS as CODE_KINDS
 except ImportError:  # the chunker before tree-sitter, for a before/after comparison
     CODE_KINDS = {"python": "python", "javascript": "javascript", "typescript": "typescript"}
-from hermes_kb.agent.knowledgebase.loaders import LoadError, load
-from hermes_kb.agent.knowledgebase.scanner import file_kind
+from hermes_kb.agent.knowledgebase.kinds.document import LoadError
+from hermes_kb.agent.knowledgebase.loaders import load
+from hermes_kb.agent.knowledgebase.kinds.registry import kind_of
 
 # A line that opens a named definition, per language family: (kind word, name).
 _DEFINITION = re.compile(
@@ -101,7 +102,7 @@ def mismatches(root: Path, config: ChunkingConfig) -> tuple[list[dict], int, int
     elapsed = 0.0
     for directory, _, names in os.walk(root):
         for name in sorted(names):
-            kind = file_kind(name)
+            kind = kind_of(name)
             if kind not in CODE_KINDS:
                 continue
             path = Path(directory, name)

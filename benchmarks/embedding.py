@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from hermes_kb.agent.knowledgebase.chunker import chunk_document  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from hermes_kb.agent.knowledgebase.embeddings import LocalEmbedder, pip_model_dir  # noqa: E402
-from hermes_kb.agent.knowledgebase.loaders import Document  # noqa: E402
+from hermes_kb.agent.knowledgebase.kinds.document import Document  # noqa: E402
 from benchmarks._report import report  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 

@@ -35,7 +35,7 @@ import pymupdf  # noqa: E402
 
 from hermes_kb.agent.knowledgebase import ocr  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
-from hermes_kb.agent.knowledgebase.loaders import _page_blocks, _text_blocks  # noqa: E402
+from hermes_kb.agent.knowledgebase.kinds.pdf import _page_blocks, text_blocks  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from hermes_kb.agent.knowledgebase.store import IndexStore  # noqa: E402
 from benchmarks._report import peak_rss_mb, report  # noqa: E402
@@ -96,7 +96,7 @@ def recognise_all(engine: ocr.Ocr, pictures: list[bytes], workers: int) -> list[
     reading = replace(engine, pool=ocr.WorkerPool(workers))
     try:
         return ["\n".join(line for _, _, lines in read for line in lines)
-                for read in reading.read((image[0] for image in images), _text_blocks)]
+                for read in reading.read((image[0] for image in images), text_blocks)]
     finally:
         reading.close()
         for image in images:

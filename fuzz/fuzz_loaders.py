@@ -17,13 +17,17 @@ import _harness  # the repository on sys.path
 with _harness.instrumented():
     from hermes_kb.agent.knowledgebase.chunker import chunk_document
     from hermes_kb.agent.knowledgebase.config import ChunkingConfig
-    from hermes_kb.agent.knowledgebase.loaders import LOADERS, LoadError, load
+    from hermes_kb.agent.knowledgebase.kinds import registry
+    from hermes_kb.agent.knowledgebase.kinds.document import LoadError
+    from hermes_kb.agent.knowledgebase.loaders import load
+    for file_kind in registry.FILE_KINDS:  # the readers load lazily: imported here, so they are instrumented
+        file_kind.read_function()
     try:
         import docx  # noqa: F401  (imported here so python-docx is instrumented too)
     except ImportError:
         pass
 
-KINDS = sorted(LOADERS) + ["unknown"]
+KINDS = [*registry.NAMES, "unknown"]
 CHUNKING = ChunkingConfig(chunk_size=48, chunk_overlap=8)  # small: more cuts per input
 
 
@@ -32,7 +36,7 @@ def test_one_input(data: bytes) -> None:
         return
     kind = KINDS[data[0] % len(KINDS)]
     try:
-        document = LOADERS[kind](data[1:], kind) if kind in LOADERS else load(data[1:], kind)
+        document = registry.named(kind).read_function()(data[1:], kind) if kind in registry.NAMES else load(data[1:], kind)
     except LoadError as exc:
         assert str(exc), "a LoadError needs a message: it is the skip reason"
         return

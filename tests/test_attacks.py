@@ -408,7 +408,8 @@ MEASURE = textwrap.dedent("""
 
 
 def test_zip_bombs_are_skipped_and_indexing_stays_under_the_rss_bound(tmp_path, hermes_home):
-    from hermes_kb.agent.knowledgebase.loaders import MAX_ARCHIVE_EXPANDED_BYTES, MAX_FILE_RSS_BYTES, MAX_PDF_STREAM_BYTES
+    from hermes_kb.agent.knowledgebase.kinds.document import MAX_ARCHIVE_EXPANDED_BYTES, MAX_FILE_RSS_BYTES
+    from hermes_kb.agent.knowledgebase.kinds.pdf import MAX_PDF_STREAM_BYTES
 
     folder = tmp_path / "bombs"
     folder.mkdir()

@@ -13,7 +13,8 @@ import pytest
 
 from hermes_kb.agent.knowledgebase import extraction, loaders
 from hermes_kb.agent.knowledgebase.extraction import Budget, Extractor
-from hermes_kb.agent.knowledgebase.loaders import LoadError, load
+from hermes_kb.agent.knowledgebase.kinds.document import LoadError
+from hermes_kb.agent.knowledgebase.loaders import load
 from hermes_kb.agent.knowledgebase.secret_scan import redact
 
 ODF_NS = ('xmlns:office="urn:oasis:names:tc:opendocument:xmlns:office:1.0" '

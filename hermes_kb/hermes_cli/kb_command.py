@@ -23,7 +23,7 @@ from rich.text import Text
 from hermes_kb.agent.knowledgebase.config import RERANK_MODES
 from hermes_kb.agent.knowledgebase.retriever import MODES
 from hermes_kb.agent.knowledgebase.snippets import Snippet
-from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
+from hermes_kb.agent.knowledgebase.kinds import registry
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
 
 from .index_progress import progress_for
@@ -80,7 +80,7 @@ def build_parser(prog: str = "hermes kb") -> argparse.ArgumentParser:
     search.add_argument("--dir", dest="directory", help="only this directory (name or path)")
     search.add_argument("--mode", choices=MODES, default="hybrid")
     search.add_argument("--path", dest="path_glob", help="only files matching this glob, e.g. 'docs/*.md'")
-    search.add_argument("--kind", help=f"only this file kind: {', '.join(FILE_KINDS)}")
+    search.add_argument("--kind", help=f"only this file kind: {', '.join(registry.NAMES)}")
     search.add_argument("--tag", dest="tags", action="append", default=[], metavar="TAG",
                         help="only notes with this tag (front matter or #tag; nested tags count; repeat for all of several)")
     search.add_argument("--since", metavar="WHEN", help="only files dated at or after WHEN: 2026-11-30, 7d, 2w, 12h, today "

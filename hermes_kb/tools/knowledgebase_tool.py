@@ -16,7 +16,7 @@ from hermes_kb.agent.knowledgebase.citations import Citations
 from hermes_kb.agent.knowledgebase.context import cited_location, hit_key, location, source_record
 from hermes_kb.agent.knowledgebase.config import RERANK_MODES, DirectoryConfig, KnowledgebaseConfig
 from hermes_kb.agent.knowledgebase.retriever import MODES
-from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
+from hermes_kb.agent.knowledgebase.kinds import registry
 from hermes_kb.agent.knowledgebase.service import HOST_FIELDS, USER_ERRORS, KnowledgeBase, KnowledgebaseError
 
 from .permissions import CLEAR, INDEX_NEW_FOLDER, PermissionRefused, Permissions
@@ -57,7 +57,7 @@ SCHEMAS = {
             "since": {"type": "string", "description": "only files dated at or after this: 2026-11-30, 7d, 2w, today "
                                                        "(a note's front matter date, else when the file last changed)"},
             "before": {"type": "string", "description": "only files dated before this (as since)"},
-            "kind": {"type": "string", "enum": list(FILE_KINDS), "description": "only files of this kind"},
+            "kind": {"type": "string", "enum": list(registry.NAMES), "description": "only files of this kind"},
             "path_glob": {"type": "string", "description": "only files whose path matches this glob, e.g. 'docs/*.md'"},
             "rerank": {"type": "string", "enum": list(RERANK_MODES),
                        "description": "the relevance judge that reorders hits (default: the user's setting); off for "

@@ -13,7 +13,7 @@ import pytest
 from prompt_toolkit.document import Document
 from rich.console import Console
 
-from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
+from hermes_kb.agent.knowledgebase.kinds import registry
 from hermes_kb.hermes_cli import index_progress
 from hermes_kb.hermes_cli.commands import CommandRegistry, SlashCommand
 from hermes_kb.hermes_cli.index_progress import IndexingEstimate
@@ -190,8 +190,8 @@ def test_an_unknown_kind_is_refused_with_the_kinds(tree, make_kb):
     kb = make_kb(tree({"a.md": "# A\n\nalpha apples\n"}))
     kb.index()
     code, _, err = kb_cli(kb, "search", "alpha", "--kind", "md")
-    assert code == 1 and f"error: Unknown kind 'md'; the kinds are {', '.join(FILE_KINDS)}." in err
-    assert "markdown" in FILE_KINDS and "python" in FILE_KINDS and "pdf" in FILE_KINDS
+    assert code == 1 and f"error: Unknown kind 'md'; the kinds are {', '.join(registry.NAMES)}." in err
+    assert "markdown" in registry.NAMES and "python" in registry.NAMES and "pdf" in registry.NAMES
     code, out, _ = kb_cli(kb, "search", "alpha", "--kind", "markdown", "--mode", "keyword")
     assert code == 0 and "docs:a.md" in out
 

@@ -2,7 +2,7 @@ import pytest
 
 from hermes_kb.agent.knowledgebase.chunker import MAX_WINDOWS, VECTOR_WINDOW, chunk_document, estimate_tokens
 from hermes_kb.agent.knowledgebase.config import ChunkingConfig
-from hermes_kb.agent.knowledgebase.loaders import Document
+from hermes_kb.agent.knowledgebase.kinds.document import Document
 
 PROSE = "\n\n".join(
     " ".join(f"Sentence {p}.{s} talks about topic {p} with several plain words in it." for s in range(8))

@@ -12,8 +12,8 @@ import hermes_kb
 from hermes_kb.agent.knowledgebase import code_units
 from hermes_kb.agent.knowledgebase.chunker import chunk_document
 from hermes_kb.agent.knowledgebase.config import ChunkingConfig
-from hermes_kb.agent.knowledgebase.loaders import Document
-from hermes_kb.agent.knowledgebase.scanner import file_kind
+from hermes_kb.agent.knowledgebase.kinds.document import Document
+from hermes_kb.agent.knowledgebase.kinds.registry import kind_of
 
 _SKIP = ("@", "#", "//", "/*", "*", "[", "<?php")
 
@@ -455,7 +455,7 @@ async def settle(scale):
 @pytest.mark.parametrize("language", sorted(FIXTURES))
 def test_fixture_chunks_that_begin_at_a_definition_name_its_enclosing_symbols(language):
     kind, name, text, definitions = FIXTURES[language]
-    assert file_kind(name) == kind
+    assert kind_of(name) == kind
     assert code_units.available(kind, name), f"the tree-sitter grammar for {kind} is not installed"
     chunks = chunk_document(Document(text, kind), name, ChunkingConfig(80, 10))
     started = {}
@@ -486,10 +486,10 @@ def test_a_large_unit_is_opened_at_its_methods_and_small_ones_are_packed():
 
 def test_tsx_and_cpp_headers_pick_their_grammar():
     tsx = "export function App(props: Props) {\n  return <div className=\"app\">{props.title}</div>;\n}\n"
-    chunk, = chunk_document(Document(tsx, file_kind("app.tsx")), "app.tsx", ChunkingConfig())
+    chunk, = chunk_document(Document(tsx, kind_of("app.tsx")), "app.tsx", ChunkingConfig())
     assert chunk.heading == "# file: app.tsx | function: App"
     header = "namespace ui {\nclass Widget {\n public:\n  void draw();\n};\n}\n"
-    chunk, = chunk_document(Document(header, file_kind("widget.h")), "widget.h", ChunkingConfig())
+    chunk, = chunk_document(Document(header, kind_of("widget.h")), "widget.h", ChunkingConfig())
     assert chunk.heading == "# file: widget.h | namespace: ui"
 
 
@@ -552,7 +552,7 @@ def test_source_extensions_map_to_their_language():
     expected = {"a.go": "go", "a.rs": "rust", "A.java": "java", "a.c": "c", "a.h": "c", "a.cc": "cpp",
                 "a.hpp": "cpp", "a.cs": "csharp", "a.rb": "ruby", "a.php": "php", "a.sh": "shell",
                 "a.mts": "typescript", "a.tsx": "typescript"}
-    assert {name: file_kind(name) for name in expected} == expected
+    assert {name: kind_of(name) for name in expected} == expected
     assert all(kind in code_units.KIND_GRAMMARS for kind in expected.values())
 
 

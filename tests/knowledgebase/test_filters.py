@@ -14,7 +14,7 @@ from hermes_kb.agent.knowledgebase import vector_cache
 from hermes_kb.agent.knowledgebase.chunker import CHUNKER_VERSION
 from hermes_kb.agent.knowledgebase.filters import FileTable, FilterError, SearchFilter, pack_tags, parse_when, search_filter
 from hermes_kb.agent.knowledgebase.loaders import load
-from hermes_kb.agent.knowledgebase.scanner import FILE_KINDS
+from hermes_kb.agent.knowledgebase.kinds import registry
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS
 from hermes_kb.hermes_cli.kb_command import run_kb
 from hermes_kb.tools.knowledgebase_tool import TOOL_ERRORS, run_tool
@@ -75,10 +75,10 @@ def test_chunk_ids_come_from_ranges_and_from_files_whose_ids_are_scattered():
 
 def test_filter_values_are_checked_before_any_search():
     with pytest.raises(FilterError, match="Unknown kind 'markdwn'"):
-        search_filter(FILE_KINDS, kind="markdwn")
+        search_filter(registry.NAMES, kind="markdwn")
     with pytest.raises(FilterError, match="come before"):
-        search_filter(FILE_KINDS, since="2026-12-01", before="2026-11-01")
-    assert search_filter(FILE_KINDS, tags="roadmap, q3").tags == ("roadmap", "q3")
+        search_filter(registry.NAMES, since="2026-12-01", before="2026-11-01")
+    assert search_filter(registry.NAMES, tags="roadmap, q3").tags == ("roadmap", "q3")
     assert issubclass(FilterError, USER_ERRORS)
 
 

@@ -11,8 +11,10 @@ from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_outp
 
 from hermes_kb.agent.knowledgebase.chunker import chunk_document
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
-from hermes_kb.agent.knowledgebase.loaders import LOADERS, LoadError, is_plain_text, load
-from hermes_kb.agent.knowledgebase.scanner import file_kind
+from hermes_kb.agent.knowledgebase.kinds import registry
+from hermes_kb.agent.knowledgebase.kinds.document import LoadError
+from hermes_kb.agent.knowledgebase.loaders import is_plain_text, load
+from hermes_kb.agent.knowledgebase.kinds.registry import kind_of
 from hermes_kb.tools.knowledgebase_tool import run_tool
 from hermes_kb.tools.permissions import Permissions
 
@@ -150,7 +152,7 @@ def test_org_and_latex_sections_become_headings_on_their_own_lines():
 
 
 def test_every_new_kind_has_its_extension():
-    assert [file_kind(name) for name in ("a.ipynb", "a.eml", "a.mbox", "a.csv", "a.tsv", "a.org", "a.tex")] == [
+    assert [kind_of(name) for name in ("a.ipynb", "a.eml", "a.mbox", "a.csv", "a.tsv", "a.org", "a.tex")] == [
         "notebook", "email", "mbox", "csv", "tsv", "org", "latex"]
 
 
@@ -172,7 +174,7 @@ def test_malformed_files_are_one_skip_reason(kind, data):
 
 def test_hostile_notebooks_and_mailboxes_stay_bounded():
     cells = [{"cell_type": "code", "source": "x", "outputs": [{"output_type": "stream", "text": "y" * 10_000_000}]}]
-    text = LOADERS["notebook"](json.dumps({"cells": cells}).encode(), "notebook").text
+    text = registry.named("notebook").read_function()(json.dumps({"cells": cells}).encode(), "notebook").text
     assert len(text) < 3_000
     many = b"".join(b"From a@b Mon Jan 1 00:00:00 2026\nSubject: %d\n\nx\n" % n for n in range(20_001))
     with pytest.raises(LoadError, match="over the 20,000"):
@@ -382,7 +384,7 @@ def test_hostile_opendocument_files_are_one_skip_reason(kind, content, tmp_path)
         archive.writestr("content.xml", content)
     for data in (path.read_bytes(), b"PK\x03\x04 not really a zip"):
         try:
-            LOADERS[kind](data, kind)
+            registry.named(kind).read_function()(data, kind)
         except LoadError as exc:
             assert str(exc) and "\n" not in str(exc)
 
@@ -407,8 +409,8 @@ def test_a_file_skipped_for_a_missing_library_is_read_once_the_library_is_there(
     """Issue #52, 2: a deck skipped before `pip install '...[office]'` stayed unread (its stat had not
     changed) and status called it binary or unreadable. The skip names the module; a run that finds
     it importable reads the file again, and status says each skip's own reason."""
-    from hermes_kb.agent.knowledgebase.formats import _library
-    from hermes_kb.agent.knowledgebase.loaders import LoadError, cured_skip
+    from hermes_kb.agent.knowledgebase.kinds.office import _library
+    from hermes_kb.agent.knowledgebase.kinds.document import LoadError, cured_skip
 
     with pytest.raises(LoadError) as missing:
         _library("no_such_module_xyz", "Foo")
@@ -431,6 +433,6 @@ def test_a_file_skipped_for_a_missing_library_is_read_once_the_library_is_there(
 
 
 def _missing_pptx() -> str:
-    from hermes_kb.agent.knowledgebase.loaders import missing_extra
+    from hermes_kb.agent.knowledgebase.kinds.document import missing_extra
 
     return missing_extra("PowerPoint", "pptx", "office")

@@ -8,7 +8,7 @@ from hermes_kb.agent.knowledgebase.chunker import chunk_document
 from hermes_kb.agent.knowledgebase.config import ChunkingConfig
 from hermes_kb.agent.knowledgebase.embeddings import BASELINE_PROBES, cosine_baseline
 from hermes_kb.agent.knowledgebase.indexer import ModelMismatchError
-from hermes_kb.agent.knowledgebase.loaders import Document
+from hermes_kb.agent.knowledgebase.kinds.document import Document
 from hermes_kb.agent.knowledgebase.retriever import REFERENCE_BASELINE
 from hermes_kb.agent.knowledgebase.store import fts_query, IndexStore
 from hermes_kb.agent.knowledgebase.vector_cache import VectorCache

@@ -2,7 +2,9 @@ import io
 
 import pytest
 
-from hermes_kb.agent.knowledgebase.loaders import LoadError, load
+from hermes_kb.agent.knowledgebase.kinds.document import LoadError
+
+from hermes_kb.agent.knowledgebase.loaders import load
 
 
 def test_undecodable_bytes_do_not_crash():

@@ -9,7 +9,8 @@ import pymupdf
 import pytest
 
 from hermes_kb.agent.knowledgebase import ocr
-from hermes_kb.agent.knowledgebase.loaders import LOADERS, LoadError
+from hermes_kb.agent.knowledgebase.kinds import registry
+from hermes_kb.agent.knowledgebase.kinds.document import LoadError
 
 pytestmark = pytest.mark.skipif(ocr.tessdata_dir() is None, reason="needs Tesseract's trained data (the ocr extra)")
 
@@ -125,7 +126,7 @@ def _png_header(width: int, height: int) -> bytes:
 ])
 def test_hostile_or_empty_pictures_are_one_skip_reason(data, reason, tmp_path):
     with pytest.raises(LoadError, match=reason) as caught:
-        LOADERS["image"](data, "image", ocr.engine(tmp_path))
+        registry.named("image").read_function()(data, "image", ocr.engine(tmp_path))
     assert "\n" not in str(caught.value)
 
 
@@ -135,7 +136,7 @@ def test_a_scanned_page_declaring_a_huge_picture_is_not_decoded(tmp_path):
     for key in ("Width", "Height"):
         pdf.xref_set_key(image[0], key, "20000")  # 400 million pixels declared, a few KB of data
     with pytest.raises(LoadError, match="decompression bomb"):
-        LOADERS["pdf"](pdf.tobytes(), "pdf", ocr.engine(tmp_path))
+        registry.named("pdf").read_function()(pdf.tobytes(), "pdf", ocr.engine(tmp_path))
 
 
 def scanned_book(pages: list[list[str]]) -> bytes:
@@ -277,7 +278,7 @@ def test_a_password_protected_pdf_is_one_line_and_the_rest_is_indexed(tree, make
 
 
 def test_a_long_scan_keeps_few_pages_waiting_and_gives_up_on_pages_that_never_finish(monkeypatch, tmp_path):
-    from hermes_kb.agent.knowledgebase.loaders import _text_blocks
+    from hermes_kb.agent.knowledgebase.kinds.pdf import text_blocks
 
     waiting = []  # at each page sent to a worker: how many sent before were not read yet
     real = ocr.WorkerPool.schedule
@@ -293,7 +294,7 @@ def test_a_long_scan_keeps_few_pages_waiting_and_gives_up_on_pages_that_never_fi
     book = pymupdf.open(stream=scanned_book([[f"Page {n} of the ledger"] for n in range(1, 25)]))
     engine = ocr.engine(tmp_path)
     try:
-        read = list(engine.read(iter(book), _text_blocks, len(book)))
+        read = list(engine.read(iter(book), text_blocks, len(book)))
         assert all(isinstance(page, list) for page in read) and len(waiting) == 24
         assert max(waiting) <= 2 * engine.pool.workers  # rendered pages waiting: a few, however long the scan
         monkeypatch.setattr(ocr, "PAGE_SECONDS_CAP", 0.01)
@@ -301,7 +302,7 @@ def test_a_long_scan_keeps_few_pages_waiting_and_gives_up_on_pages_that_never_fi
         sent_before = len(waiting)
         dense = pymupdf.open(stream=scanned_book([[f"Clause {n}.{line}: the pump warranty covers parts and labour"
                                                    for line in range(30)] for n in range(12)]))  # ~1 s a page
-        read = list(cold.read(iter(dense), _text_blocks, len(dense)))
+        read = list(cold.read(iter(dense), text_blocks, len(dense)))
         cold.close()
     finally:
         engine.close()

@@ -142,7 +142,7 @@ def test_a_heading_wrapped_over_two_lines_is_found_by_its_destination(tmp_path):
 
 
 def test_a_tiny_page_joins_the_next_and_is_cited_by_where_its_text_is():
-    from hermes_kb.agent.knowledgebase.loaders import Document
+    from hermes_kb.agent.knowledgebase.kinds.document import Document
 
     cover, body = "Cover\n\n", "Torque values for every flange are listed in the table below. " * 6 + "\n\n"
     document = Document(cover + body, "pdf", (0, len(cover)))
@@ -155,7 +155,7 @@ def test_a_tiny_page_joins_the_next_and_is_cited_by_where_its_text_is():
        cuts=st.lists(st.integers(1, 400), max_size=5), titles=st.lists(st.integers(0, 400), max_size=4),
        size=st.integers(8, 80))
 def test_pdf_chunks_are_slices_cited_by_their_pages_and_headed_by_the_outline(text, cuts, titles, size):
-    from hermes_kb.agent.knowledgebase.loaders import Document
+    from hermes_kb.agent.knowledgebase.kinds.document import Document
 
     starts = tuple(sorted({0, *(c for c in cuts if c < len(text))}))
     headings = tuple((offset, f"Section {n}") for n, offset in enumerate(sorted(t for t in titles if t < len(text))))

@@ -18,12 +18,14 @@ from hypothesis import strategies as st
 
 from hermes_kb.agent.knowledgebase.chunker import chunk_document
 from hermes_kb.agent.knowledgebase.config import ChunkingConfig
-from hermes_kb.agent.knowledgebase.loaders import LOADERS, Document, LoadError, load
+from hermes_kb.agent.knowledgebase.kinds import registry
+from hermes_kb.agent.knowledgebase.kinds.document import Document, LoadError
+from hermes_kb.agent.knowledgebase.loaders import load
 from hermes_kb.agent.knowledgebase.scanner import IgnoreRules, is_utf8, scan
 
 EXAMPLES = int(os.environ.get("KB_PROPERTY_EXAMPLES", "150"))  # raise it for a deeper run
 FAST = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-KINDS = sorted(LOADERS) + ["unknown-kind"]
+KINDS = [*registry.NAMES, "unknown-kind"]
 
 # --- loaders -----------------------------------------------------------------------------------
 

@@ -161,12 +161,13 @@ def test_a_gitignore_too_large_for_one_regex_set_still_applies(tree):
 
 from hypothesis import given, strategies as st  # noqa: E402
 
-from hermes_kb.agent.knowledgebase.scanner import KINDS, SECRET_FILES, file_kind  # noqa: E402
+from hermes_kb.agent.knowledgebase.kinds.registry import EXTENSIONS, kind_of  # noqa: E402
+from hermes_kb.agent.knowledgebase.scanner import SECRET_FILES  # noqa: E402
 
 
 @given(st.text(alphabet=".aMdpPyx_", max_size=8))
 def test_a_files_kind_follows_its_extension_as_splitext_reads_it(name):
-    assert file_kind(name) == KINDS.get(os.path.splitext(name)[1].lower(), "text")
+    assert kind_of(name) == EXTENSIONS.get(os.path.splitext(name)[1].lower(), "text")
 
 
 def test_the_one_match_fast_path_holds_because_every_secret_pattern_is_positive():

@@ -27,9 +27,10 @@ from typing import TYPE_CHECKING
 from .analysis import CLUSTERED, IDEOGRAPHIC
 from .code_units import KIND_GRAMMARS, code_segments
 from .config import ChunkingConfig
+from .kinds import registry
 
 if TYPE_CHECKING:  # a search reads chunks without loading the file readers
-    from .loaders import Document
+    from .kinds.document import Document
 
 CHUNKER_VERSION = 11  # 5: PDFs cut at pages and outline sections; 6: code cut at tree-sitter syntax units (code_units.py);
 # 7: HTML main content only, cited by the source file's lines; 8: notebooks, e-mail, tables, org-mode, LaTeX;
@@ -321,10 +322,6 @@ def _merge_small(segments: list[_Segment], splitter: _Splitter, limit: int, size
     return merged
 
 
-# Markdown text; a notebook's cells, an mbox's messages, slides, sheets and chapters are its parts
-MARKDOWN_KINDS = ("markdown", "notebook", "mbox", "pptx", "xlsx", "ods", "epub")
-
-
 _CELL_FENCE = re.compile(r"```([\w+#.-]+)\n")
 _NOTEBOOK_LANGUAGES = {"c++": "cpp", "c#": "csharp", "node": "javascript", "bash": "shell", "sh": "shell"}
 
@@ -421,46 +418,72 @@ def _page_of(page_starts: tuple[int, ...], start: int, end: int) -> int | None:
     return max(range(bisect_right(page_starts, start), bisect_right(page_starts, end - 1) + 1), key=share)
 
 
+@dataclass
+class _Layout:
+    """How one document is cut before packing: its segments, the splitter that packs them, and for code
+    the headings of each segment's first chunk (`leads`) and tree-sitter's cut or the regex fallback."""
+    segments: list[_Segment]
+    base: _Splitter
+    leads: list[str] | None = None
+    units: object = None  # code_units' layout when tree-sitter cut the code
+    regex_code: bool = False  # cut at top-level definitions found by regular expressions
+
+
+def _code_layout(document: Document, file_name: str, size: int) -> _Layout:
+    text = document.text
+    base = _Splitter(text, [])
+    units = code_segments(text, document.kind, file_name, base.tokens, size)
+    if units is not None:
+        return _Layout([_Segment(u.start, u.end, _unit_heading(file_name, u.heading)) for u in units.segments], base,
+                       leads=[_unit_heading(file_name, u.first) for u in units.segments], units=units)
+    if document.kind in _CODE_BOUNDARIES:
+        return _Layout(_merge_small(_code_segments(text, document.kind), base, size, size), base, regex_code=True)
+    return _Layout([_Segment(0, len(text), _unit_heading(file_name, ()))], base)
+
+
+def _pdf_layout(document: Document, file_name: str, size: int) -> _Layout:
+    base = _Splitter(document.text, [])
+    return _Layout(_merge_tiny_pages(_outlined_segments(document), document.page_starts, base, max(8, size // 8), size),
+                   base)
+
+
+def _table_layout(document: Document, file_name: str, size: int) -> _Layout:
+    """Rows under their header, which heads every chunk."""
+    return _Layout(_outlined_segments(document), _Splitter(document.text, []))
+
+
+def _markdown_layout(document: Document, file_name: str, size: int) -> _Layout:
+    """Markdown text; a notebook's cells, an mbox's messages, slides, sheets and chapters are its parts.
+    A notebook's small cells join until a chunk is full (cited by the cell most of it is in); slides,
+    sheets, chapters and messages stay parts of their own."""
+    text = document.text
+    segments, protected = _markdown_segments(text)
+    notebook = registry.named(document.kind).chunking == "notebook"
+    if notebook:
+        segments, protected = _notebook_code_units(text, segments, protected, size, file_name)
+    base = _Splitter(text, protected)
+    limit, breaks = (size, frozenset()) if notebook else (max(8, size // 4), frozenset(document.page_starts))
+    return _Layout(_merge_small(_cut_at_parts(segments, document.page_starts), base, limit, size, breaks), base)
+
+
+def _plain_layout(document: Document, file_name: str, size: int) -> _Layout:
+    return _Layout([_Segment(0, len(document.text), _plain_title(document.text))], _Splitter(document.text, []))
+
+
+# kinds/registry.py's `chunking` of each kind -> how its text is cut
+_LAYOUTS = {"code": _code_layout, "pdf": _pdf_layout, "table": _table_layout, "markdown": _markdown_layout,
+            "notebook": _markdown_layout, "plain": _plain_layout}
+
+
 def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -> list[Chunk]:
-    """The one entry point: dispatch on kind, pack, then attach lines, pages and headings."""
+    """The one entry point: cut as the kind's registry entry says, pack, then attach lines, pages and
+    headings."""
     text = document.text
     if not text.strip():
         return []
     size, overlap = config.chunk_size, config.chunk_overlap
-    protected: list[tuple[int, int]] = []
-    leads: list[str] | None = None  # code cut at syntax units: the heading of each segment's first chunk
-    layout = None  # how tree-sitter cut the code; None: not code, or the regex fallback
-    regex_code = False  # the fallback: code cut at top-level definitions found by regular expressions
-    if document.kind in _CODE_BOUNDARIES or document.kind in KIND_GRAMMARS:
-        base = _Splitter(text, protected)
-        layout = code_segments(text, document.kind, file_name, base.tokens, size)
-        if layout is not None:
-            segments = [_Segment(u.start, u.end, _unit_heading(file_name, u.heading)) for u in layout.segments]
-            leads = [_unit_heading(file_name, u.first) for u in layout.segments]
-        elif document.kind in _CODE_BOUNDARIES:
-            segments = _merge_small(_code_segments(text, document.kind), base, size, size)
-            regex_code = True
-        else:
-            segments = [_Segment(0, len(text), _unit_heading(file_name, ()))]
-    elif document.kind == "pdf":
-        base = _Splitter(text, protected)
-        segments = _merge_tiny_pages(_outlined_segments(document), document.page_starts, base, max(8, size // 8), size)
-    elif document.kind == "table":  # rows under their header, which heads every chunk
-        base = _Splitter(text, protected)
-        segments = _outlined_segments(document)
-    elif document.kind in MARKDOWN_KINDS:
-        segments, protected = _markdown_segments(text)
-        if document.kind == "notebook":
-            segments, protected = _notebook_code_units(text, segments, protected, size, file_name)
-        base = _Splitter(text, protected)
-        # A notebook's small cells join until a chunk is full (cited by the cell most of it is in);
-        # slides, sheets, chapters and messages stay parts of their own.
-        limit, breaks = (size, frozenset()) if document.kind == "notebook" else \
-            (max(8, size // 4), frozenset(document.page_starts))
-        segments = _merge_small(_cut_at_parts(segments, document.page_starts), base, limit, size, breaks)
-    else:
-        base = _Splitter(text, protected)
-        segments = [_Segment(0, len(text), _plain_title(text))]
+    layout = _LAYOUTS[registry.named(document.kind).chunking](document, file_name, size)
+    segments, base, leads, regex_code = layout.segments, layout.base, layout.leads, layout.regex_code
     line_starts = [0] + [m.end() for m in re.finditer("\n", text)]
     chunks: list[Chunk] = []
     for number, segment in enumerate(segments):
@@ -476,7 +499,7 @@ def chunk_document(document: Document, file_name: str, config: ChunkingConfig) -
                 continue
             if regex_code:
                 heading = _code_context(file_name, segment, start, methods)
-            elif layout is not None and (begun := layout.begins(start)) is not None:
+            elif layout.units is not None and (begun := layout.units.begins(start)) is not None:
                 heading = _unit_heading(file_name, begun)  # a chunk that begins at a definition names it
             page = _page_of(document.page_starts, start, end)
             first_line, last_line = bisect_right(line_starts, start), bisect_right(line_starts, end - 1)

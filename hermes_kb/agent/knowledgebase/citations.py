@@ -15,21 +15,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterable
 
-# Formats whose parts a person finds by number: a chunk stays inside one part and is cited by it
-# (`page 3`, `cell 4`, `message 12`), since lines of converted text mean nothing in the file.
-PART_UNITS = {"pdf": "page", "notebook": "cell", "mbox": "message", "pptx": "slide", "xlsx": "sheet", "ods": "sheet",
-              "epub": "chapter"}
-
-
-# Kinds whose cited lines are lines of the text made from the file (a Word document, an e-mail with
-# its decoded parts, a picture's recognised text), not lines an editor would open the file at: their
-# `path:line` pointed into base64 and quoted-printable. They are located by path alone (kb_read still
-# takes the lines). Plain text and code, HTML, CSV/TSV, org and LaTeX keep the source's line numbers.
-RENDERED_KINDS = frozenset({"docx", "email", "image", "odt"})
+from .kinds import registry
 
 
 def part_label(kind: str, number: int) -> str:
-    return f"{PART_UNITS.get(kind, 'page')} {number}"
+    """Formats whose parts a person finds by number: a chunk stays inside one part and is cited by it
+    (`page 3`, `cell 4`, `message 12`), since lines of converted text mean nothing in the file."""
+    return f"{registry.named(kind).part} {number}"
 
 
 PassageKey = tuple[str, str, int, int, int | None]  # directory, path, start line, end line, page
@@ -40,7 +32,7 @@ PassageKey = tuple[str, str, int, int, int | None]  # directory, path, start lin
 # A source line of a cited block, as render_block writes it: `[S3] docs/deploy.md lines 4-9 § Heading (score 0.71)`
 # or `[S3] docs/manual.pdf page 2 (lines 40-61) (score 0.64)` (blocks before the lines were added say only
 # the page); the path is greedy, so a name holding " lines 1-3" stays a name.
-_LABEL = re.compile(r"^\[S(\d+)\] ([^/\n§]+)/([^\n§]+) (?:lines (\d+)-(\d+)|((?:" + "|".join(sorted(set(PART_UNITS.values()))) + r") "
+_LABEL = re.compile(r"^\[S(\d+)\] ([^/\n§]+)/([^\n§]+) (?:lines (\d+)-(\d+)|((?:" + "|".join(sorted({kind.part for kind in registry.FILE_KINDS})) + r") "
                     r"(\d+))(?: \(lines (\d+)-(\d+)\))?)(?: § [^\n]*)? \(score [\d.]+\)$", re.M)
 _CITED = re.compile(r"\[\s*S\d+(?:\s*[,;]\s*S\d+)*\s*\]")  # [S3], [S1, S4] in an answer
 

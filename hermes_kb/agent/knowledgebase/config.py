@@ -160,7 +160,7 @@ class KnowledgebaseConfig:
     watch_for_changes: bool = False
     watch_debounce_s: float = 2.0
     max_file_bytes: int = 5_000_000  # text, code, data, HTML
-    max_document_bytes: int = 100_000_000  # PDFs, office files, e-books, notebooks, mailboxes (scanner.DOCUMENT_KINDS)
+    max_document_bytes: int = 100_000_000  # PDFs, office files, e-books, notebooks, mailboxes (kinds/registry.py: `large`)
     # What a model's tool call may do without the user's yes where nobody can be asked (see tools/permissions.py).
     allow_model_index_new_folders: bool = False
     allow_model_clear: bool = False

@@ -16,8 +16,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .chunker import estimate_tokens
-from .citations import RENDERED_KINDS, Citations, PassageKey, passage_key
+from .citations import Citations, PassageKey, passage_key
 from .config import KnowledgebaseConfig
+from .kinds import registry
 from .reranker import Judged
 from .retriever import Hit
 from .service import MAX_QUERY_CHARS, KnowledgeBase
@@ -155,7 +156,8 @@ def _safe_label(value: str) -> str:
 
 def location(hit: Hit) -> str:
     """Where a person finds the passage: `path:line` (terminals and editors open it), the PDF page, or
-    the path alone where the lines are of text made from the file (citations.RENDERED_KINDS)."""
+    the path alone where the lines are of text made from the file (a `rendered` kind in kinds/registry.py:
+    a Word document, an e-mail's decoded parts, a picture's recognised text)."""
     return _located(hit.abs_path, hit)
 
 
@@ -167,7 +169,7 @@ def cited_location(hit: Hit) -> str:
 def _located(where: str, hit: Hit) -> str:
     if hit.part:
         return f"{where} {hit.part}"
-    return where if hit.kind in RENDERED_KINDS else f"{where}:{hit.start_line}"
+    return where if registry.named(hit.kind).rendered else f"{where}:{hit.start_line}"
 
 
 def source_record(source_id: str, hit: Hit) -> dict:

@@ -25,8 +25,11 @@ import weakref
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from .kinds import registry
+from .kinds.document import LoadError
+
 if TYPE_CHECKING:  # the readers load with the first file to read: a rescan with nothing changed never needs them
-    from .loaders import Document
+    from .kinds.document import Document
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +55,8 @@ DEFAULT_BUDGET = Budget()
 
 
 def bounded_kinds() -> frozenset[str]:
-    """Kinds whose loader parses a format (read in the worker): not plain text, not PDF or pictures."""
-    from . import loaders
-
-    plain = (loaders.LOADERS["text"], loaders.LOADERS["markdown"])
-    return frozenset(kind for kind, loader in loaders.LOADERS.items()
-                     if loader not in plain and kind not in loaders.OCR_KINDS)
+    """Kinds whose reader parses a format (read in the worker): not plain text, not PDF or pictures."""
+    return frozenset(kind.name for kind in registry.FILE_KINDS if kind.bounded)
 
 
 def limit_memory(limit: int) -> None:
@@ -76,6 +75,7 @@ def _load_in_worker(data: bytes, kind: str, budget: Budget) -> Document | str:
     are imported before the limit is set: it bounds what the file costs, not the libraries."""
     from . import loaders
 
+    registry.named(kind).read_function()
     limit_memory(budget.memory_bytes)
     try:
         document = loaders.load(data, kind)
@@ -97,17 +97,13 @@ class Extractor:
 
     def __init__(self, budget: Budget | None = None):
         self.budget = budget or DEFAULT_BUDGET
-        self._bounded: frozenset[str] | None = None
         self._pool = None
         self._finalizer = None
 
     def load(self, data: bytes, kind: str, ocr=None) -> Document:
         from . import loaders
-        from .loaders import LoadError
 
-        if self._bounded is None:
-            self._bounded = bounded_kinds()
-        if kind in self._bounded:
+        if registry.named(kind).bounded:
             return self._in_worker(data, kind)
         try:
             document = loaders.load(data, kind, ocr)
@@ -119,8 +115,6 @@ class Extractor:
 
     def _in_worker(self, data: bytes, kind: str) -> Document:
         import pebble
-
-        from .loaders import LoadError
 
         if self._pool is None:
             self._pool = pebble.ProcessPool(max_workers=1, context=multiprocessing.get_context("spawn"))

@@ -36,7 +36,7 @@ from .chunker import chunk_document, chunker_signature
 from .config import DirectoryConfig, KnowledgebaseConfig
 from .embeddings import Embedder, EmbeddingError, ModelMismatchError, cosine_baseline, mismatch_message
 from .file_access import read_inside
-from .loaders import cured_skip
+from .kinds.document import cured_skip
 from . import ocr as ocr_engine
 from .extraction import Extractor
 from .ocr import Ocr
@@ -293,7 +293,8 @@ class _Run:
             self.progress.advance(files=1, chunked_bytes=file.size)
             return True
         # The readers load with the first file to read: a rescan that finds nothing changed never needs them.
-        from .loaders import LoadError, needs_ocr
+        from .kinds.document import LoadError
+        from .loaders import needs_ocr
         from .secret_scan import redact
 
         if defer_ocr and needs_ocr(data, file.kind):

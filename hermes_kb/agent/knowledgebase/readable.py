@@ -15,10 +15,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable
 
-from .citations import PART_UNITS
 from .file_access import AccessError, open_inside, read_fd
-from .loaders import LoadError, bom_encoding, decode_text, is_plain_text, load
-from .scanner import IgnoreRules, cap_setting, file_kind
+from .kinds import registry
+from .kinds.document import LoadError, bom_encoding, decode_text
+from .loaders import is_plain_text, load
+from .scanner import IgnoreRules
 from .secret_scan import KEY_BLOCKS, redact
 
 BINARY_PROBE_BYTES = 8192
@@ -62,12 +63,12 @@ def read_window(root: Path, rel_path: str, rules: IgnoreRules, size_cap: Callabl
         with open_inside(str(root), rel_path) as (fd, real_rel):
             if real_rel != rel_path and rules.excluded(real_rel):
                 return None
-            kind = file_kind(real_rel)
+            kind = registry.kind_of(real_rel)
             max_file_bytes = size_cap(kind)
             if os.fstat(fd).st_size > max_file_bytes:
-                raise NotReadable(f"it is larger than {cap_setting(kind)} ({max_file_bytes})")
+                raise NotReadable(f"it is larger than {registry.named(kind).cap_setting} ({max_file_bytes})")
             keep_secrets = rules.allows_secrets(real_rel)
-            unit = PART_UNITS.get(kind, "page")
+            unit = registry.named(kind).part
             if is_plain_text(kind):
                 if part is not None:
                     raise NotReadable(f"it is cited by lines, not by {unit}s")

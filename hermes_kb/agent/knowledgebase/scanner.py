@@ -18,6 +18,7 @@ import pathspec
 from pathspec.patterns.gitignore.spec import GitIgnoreSpecPattern
 
 from .file_access import read_inside
+from .kinds import registry
 
 log = logging.getLogger(__name__)
 
@@ -53,43 +54,8 @@ SECRET_FILES = (
 
 MAX_GITIGNORE_BYTES = 1_000_000
 
-KINDS = {
-    ".md": "markdown", ".markdown": "markdown", ".mdx": "markdown",
-    ".txt": "text", ".text": "text", ".rst": "rst", ".log": "text", ".csv": "csv", ".tsv": "tsv",
-    ".ipynb": "notebook", ".eml": "email", ".mbox": "mbox", ".org": "org", ".tex": "latex", ".ltx": "latex",
-    ".py": "python", ".pyi": "python",
-    ".js": "javascript", ".mjs": "javascript", ".cjs": "javascript", ".jsx": "javascript",
-    ".ts": "typescript", ".tsx": "typescript", ".mts": "typescript", ".cts": "typescript",
-    # Source chunked at its syntax units by tree-sitter (code_units.py); the kind is the language.
-    ".go": "go", ".rs": "rust", ".java": "java", ".c": "c", ".h": "c",
-    ".cc": "cpp", ".cpp": "cpp", ".cxx": "cpp", ".c++": "cpp", ".hh": "cpp", ".hpp": "cpp", ".hxx": "cpp",
-    ".cs": "csharp", ".rb": "ruby", ".rake": "ruby", ".php": "php",
-    ".sh": "shell", ".bash": "shell", ".zsh": "shell",
-    ".json": "json", ".yaml": "yaml", ".yml": "yaml", ".toml": "toml",
-    ".html": "html", ".htm": "html",
-    ".pdf": "pdf", ".docx": "docx", ".pptx": "pptx", ".xlsx": "xlsx", ".xlsm": "xlsx", ".epub": "epub",
-    ".odt": "odt", ".ods": "ods",
-    # Pictures, read by OCR (ocr.py): screenshots, photos of whiteboards, scanned letters.
-    ".png": "image", ".jpg": "image", ".jpeg": "image", ".webp": "image", ".tif": "image", ".tiff": "image",
-    ".bmp": "image", ".gif": "image",
-}
-# Formats whose files are large as a rule (a scanned manual, a slide deck, a year of mail) and whose
-# loaders bound their own memory (PDF stream caps, zip directory checks, capped notebook outputs):
-# they get max_document_bytes, everything else max_file_bytes.
-DOCUMENT_KINDS = frozenset({"pdf", "docx", "odt", "pptx", "xlsx", "ods", "epub", "mbox", "notebook", "image"})
-
-
 def size_cap(kind: str, max_file_bytes: int, max_document_bytes: int) -> int:
-    return max_document_bytes if kind in DOCUMENT_KINDS else max_file_bytes
-
-
-def cap_setting(kind: str) -> str:
-    """The setting that caps this kind's files, for the sentence that says a file was too large."""
-    return "max_document_bytes" if kind in DOCUMENT_KINDS else "max_file_bytes"
-
-
-# Every kind a file can be given (unknown extensions are "text"): what `--kind` may filter on.
-FILE_KINDS = tuple(sorted({*KINDS.values(), "text"}))
+    return max_document_bytes if registry.named(kind).large else max_file_bytes
 
 
 @dataclass(frozen=True)
@@ -103,15 +69,6 @@ class ScannedFile:
     @property
     def abs_path(self) -> Path:
         return Path(self.path)
-
-
-def file_kind(name: str) -> str:
-    """Unknown extensions are treated as text; the loader rejects them if they turn out binary."""
-    dot = name.rfind(".")
-    # splitext's rule (leading dots start no extension), without its cost: one call per file a scan meets.
-    if dot <= 0 or not name[:dot].strip("."):
-        return "text"
-    return KINDS.get(name[dot:].lower(), "text")
 
 
 def is_utf8(name: str) -> bool:
@@ -328,10 +285,10 @@ def scan(root: Path, exclude: tuple[str, ...] = (), max_file_bytes: int = 5_000_
                 continue
             if not stat.S_ISREG(st.st_mode) or (entry.name in ignore_names and os.path.realpath(entry.path) in ignore_real):
                 continue
-            kind = file_kind(entry.name)
+            kind = registry.kind_of(entry.name)
             cap = size_cap(kind, max_file_bytes, max_document_bytes)
             if st.st_size > cap:
-                result.skipped.append((rel, f"larger than {cap_setting(kind)} ({st.st_size} > {cap})"))
+                result.skipped.append((rel, f"larger than {registry.named(kind).cap_setting} ({st.st_size} > {cap})"))
                 continue
             result.files.append(ScannedFile(rel, entry.path, st.st_size, st.st_mtime_ns, kind))
     result.files.sort(key=lambda f: f.rel_path)

@@ -26,7 +26,8 @@ from .embeddings import EmbeddingError, ModelMismatchError, mismatch_message
 from .filters import FileTable, FilterError, SearchFilter, search_filter
 from .keyword_cache import KeywordCache, KeywordDelta
 from .retriever import QueryModel, SearchError, SearchOptions, SearchResult, SearchSource, conclude, search, well_formed
-from .scanner import FILE_KINDS, IgnoreRules, scan
+from .kinds import registry
+from .scanner import IgnoreRules, scan
 from .store import IndexBusy, IndexCorrupt, IndexStore, StoreError, index_files, writer_lock
 from .vector_cache import VectorCache, VectorDelta
 
@@ -428,7 +429,7 @@ class KnowledgeBase:
         if len(query) > MAX_QUERY_CHARS:
             raise KnowledgebaseError(f"The query is {len(query):,} characters long; at most {MAX_QUERY_CHARS:,} "
                                      f"are searched, so shorten it to the words that matter.")
-        only = search_filter(FILE_KINDS, kind, path_glob, tags, since, before)
+        only = search_filter(registry.NAMES, kind, path_glob, tags, since, before)
         engine = self._judge(rerank, judging=mode != "keyword")
         arguments = dict(query=well_formed(query), k=k, directory=directory, mode=mode, only=only,
                          max_tokens=max_tokens, min_score=min_score, engine=engine)

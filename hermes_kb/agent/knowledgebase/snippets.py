@@ -18,9 +18,8 @@ from dataclasses import dataclass, field
 import regex
 
 from . import analysis
+from .kinds import registry
 
-PROSE_KINDS = frozenset({"markdown", "text", "rst", "html", "pdf", "docx", "odt", "email", "mbox", "org", "latex",
-                         "pptx", "epub"})
 PROSE_CHARS = 300
 LINES = 6
 LINE_CHARS = 100
@@ -58,7 +57,7 @@ def make(text: str, kind: str, words: Sequence[str], languages: Sequence[str] = 
     """The snippet of a hit's `text` for a query whose words (stopwords left out) are `words`;
     `languages`: the stemmers its index recorded (analysis.term_spans)."""
     lines = textwrap.dedent(text.expandtabs(4)).strip("\n").splitlines()
-    structured = kind not in PROSE_KINDS or sum(1 for line in lines if _STRUCTURED_LINE.match(line)) >= 2
+    structured = not registry.named(kind).prose or sum(1 for line in lines if _STRUCTURED_LINE.match(line)) >= 2
     return _lines_snippet(lines, words, languages) if structured else _prose_snippet(text, words, languages)
 
 
