@@ -1,4 +1,4 @@
-"""Shared by the benchmarks: a synthetic notes tree, the machine line, tables appended to docs/benchmarks.md."""
+"""Shared by the benchmarks: a synthetic notes tree, the machine line, tables appended to docs/benchmark-log.md."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmarks.md"
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "benchmark-log.md"  # every run; benchmarks.md keeps the current figures
 FIGURES = DOCS.parent / "figures"  # the latest figures of some benchmarks as JSON, drawn by benchmarks/chart.py
 
 
@@ -67,7 +67,7 @@ def machine() -> str:
 
 def report(title: str, columns: list[str], rows: list[list[object]], command: str | None = None,
            write: bool = True) -> None:
-    """Print a table and append it, with the machine and the command, to docs/benchmarks.md."""
+    """Print a table and append it, with the machine and the command, to docs/benchmark-log.md."""
     table = Table(title=title, title_justify="left")
     for column in columns:
         table.add_column(column)

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from benchmarks._report import report  # noqa: E402
 from hermes_kb.agent.knowledgebase import analysis  # noqa: E402
 from hermes_kb.agent.knowledgebase.chunker import Chunk  # noqa: E402
-from hermes_kb.agent.knowledgebase.store import IndexStore  # noqa: E402
+from hermes_kb.agent.knowledgebase.index.store import IndexStore  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "eval"
 _OLD_WORD = re.compile(r"[^\W_]+")

@@ -21,7 +21,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hermes_kb.agent.knowledgebase import derived_file, keyword_cache, vector_cache  # noqa: E402
+from hermes_kb.agent.knowledgebase.index import derived_file, encoding, keyword_cache, vector_cache  # noqa: E402
 
 VECTORS_PER_CHUNK = 1.77
 DIM = 384
@@ -52,7 +52,7 @@ def term_rows(chunks: int, rng):
     drawn = rng.choice(vocabulary, size=(chunks, TERMS_PER_CHUNK), p=weights)
     for chunk in range(1, chunks + 1):
         picked = np.unique(drawn[chunk - 1])
-        records = np.empty(len(picked), dtype=keyword_cache._TERM_RECORD)
+        records = np.empty(len(picked), dtype=encoding.TERM_RECORD)
         records["hash"], records["count"] = hashes[picked], 1
         yield chunk, len(picked), records.tobytes()
 

@@ -25,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hermes_kb.agent.knowledgebase.evaluation import percentile  # noqa: E402
 from hermes_kb.agent.knowledgebase.filters import FileMetadata  # noqa: E402
-from hermes_kb.agent.knowledgebase.store import IndexStore  # noqa: E402
+from hermes_kb.agent.knowledgebase.index.store import IndexStore  # noqa: E402
 from benchmarks._report import report  # noqa: E402
 from benchmarks.query_latency import CHUNKS_PER_FILE, build, scifact_material  # noqa: E402
 

@@ -97,7 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("sites", nargs="+", type=Path)
     parser.add_argument("--label", default="", help="what code was measured (shown in the table)")
-    parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
+    parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmark-log.md")
     args = parser.parse_args(argv)
     rows = []
     for site in args.sites:

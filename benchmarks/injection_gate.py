@@ -33,7 +33,7 @@ the first --questions of each (the same questions in every language), and its
 off-topic messages are the coding questions plus 24 everyday messages in its own
 language (benchmarks/data/offtopic_everyday/<language>.txt).
 
-    python benchmarks/injection_gate.py                 # choose, confirm, append to docs/benchmarks.md
+    python benchmarks/injection_gate.py                 # choose, confirm, append to docs/benchmark-log.md
     python benchmarks/injection_gate.py --set relevance_threshold=0.8 --no-write
     python benchmarks/injection_gate.py --languages --questions 300
     python benchmarks/injection_gate.py --languages --only xquad --set embedding_model=multilingual --no-write

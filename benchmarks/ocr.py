@@ -37,7 +37,7 @@ from hermes_kb.agent.knowledgebase import ocr  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from hermes_kb.agent.knowledgebase.kinds.pdf import _page_blocks, text_blocks  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
-from hermes_kb.agent.knowledgebase.store import IndexStore  # noqa: E402
+from hermes_kb.agent.knowledgebase.index.store import IndexStore  # noqa: E402
 from benchmarks._report import peak_rss_mb, report  # noqa: E402
 
 PDFS = sorted(glob.glob("/usr/share/doc/*/*.pdf") + glob.glob("/usr/share/doc/*/*/*.pdf"))

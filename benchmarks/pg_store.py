@@ -29,14 +29,14 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hermes_kb.agent.knowledgebase import keyword_cache, pg_store, vector_cache  # noqa: E402
+from hermes_kb.agent.knowledgebase.index import keyword_cache, pg_store, vector_cache  # noqa: E402
 from hermes_kb.agent.knowledgebase.retriever import QueryModel, SearchOptions, SearchSource, search  # noqa: E402
 from hermes_kb.agent.knowledgebase.chunker import Chunk  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from hermes_kb.agent.knowledgebase.embeddings import create_embedder  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import load_dataset, percentile  # noqa: E402
-from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect  # noqa: E402
-from hermes_kb.agent.knowledgebase.store import IndexStore  # noqa: E402
+from hermes_kb.agent.knowledgebase.index.pg_store import PgIndexStore, connect  # noqa: E402
+from hermes_kb.agent.knowledgebase.index.store import IndexStore  # noqa: E402
 from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
 from benchmarks._report import report  # noqa: E402
 from benchmarks.query_latency import CHUNKS_PER_FILE, real_chunks  # noqa: E402

@@ -31,13 +31,13 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from hermes_kb.agent.knowledgebase import keyword_cache, vector_cache  # noqa: E402
+from hermes_kb.agent.knowledgebase.index import keyword_cache, vector_cache  # noqa: E402
 from hermes_kb.agent.knowledgebase.chunker import Chunk  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from hermes_kb.agent.knowledgebase.filters import FileMetadata  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import load_dataset, percentile, workspace  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
-from hermes_kb.agent.knowledgebase.store import IndexStore  # noqa: E402
+from hermes_kb.agent.knowledgebase.index.store import IndexStore  # noqa: E402
 from benchmarks._report import peak_rss_mb, report, save_figures  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402

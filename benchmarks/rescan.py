@@ -23,7 +23,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--files", type=int, default=1000)
     parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
+    parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmark-log.md")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         root = write_notes(Path(scratch) / "tree", args.files)

@@ -36,7 +36,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a knowledgebase setting (yaml value)")
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
+    parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmark-log.md")
     args = parser.parse_args()
     overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
     config = parse_knowledgebase(overrides)

@@ -9,7 +9,7 @@ under .benchmarks-cache/collections/ (git-ignored; rebuilt each run, which takes
 seconds and gives the same files for the same installed packages), evaluates
 keyword, vector, weighted hybrid (the default) and RRF hybrid on each through
 the product's search path (the same `evaluate` as `hermes kb eval`), prints the
-table and appends it to docs/benchmarks.md. Indexes are cached under
+table and appends it to docs/benchmark-log.md. Indexes are cached under
 $HERMES_HOME/knowledgebase/eval/, so a rerun embeds nothing new. `--runs DIR`
 also writes each system's per-query document ranking (query id -> doc id ->
 pseudo-score, best first) as JSON, for offline fusion tuning.
@@ -58,7 +58,7 @@ def main() -> None:
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                         help="override a knowledgebase setting (yaml value)")
     parser.add_argument("--runs", type=Path, help="write per-query rankings of every system here")
-    parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmarks.md")
+    parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmark-log.md")
     args = parser.parse_args()
     overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
     config = parse_knowledgebase(overrides)

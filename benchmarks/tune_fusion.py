@@ -25,7 +25,7 @@ from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E4
 from hermes_kb.agent.knowledgebase.evaluation import DOC_DEPTH, load_dataset, workspace  # noqa: E402
 from hermes_kb.agent.knowledgebase.retriever import SearchOptions, SearchResult, SearchSource  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
-from hermes_kb.agent.knowledgebase.store import IndexStore  # noqa: E402
+from hermes_kb.agent.knowledgebase.index.store import IndexStore  # noqa: E402
 from benchmarks._report import report  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402

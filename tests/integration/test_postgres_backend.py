@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from hermes_kb.agent.knowledgebase import keyword_cache
+from hermes_kb.agent.knowledgebase.index import copies, keyword_cache
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
 from hermes_kb.agent.knowledgebase.doctor import examine
 from hermes_kb.agent.knowledgebase.indexer import ModelMismatchError
-from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore
+from hermes_kb.agent.knowledgebase.index.pg_store import PgIndexStore
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase, KnowledgebaseError
-from hermes_kb.agent.knowledgebase.store import StoreError
+from hermes_kb.agent.knowledgebase.index.contract import StoreError
 
 from ..conftest import StubEmbedder
 from ..knowledgebase.test_faults import KILLED_REEMBED
@@ -83,7 +83,7 @@ def test_status_clear_and_doctor(tree, tmp_path, postgres_database):
     assert kb.status()[0]["indexing"] is False
     import psycopg
 
-    from hermes_kb.agent.knowledgebase.pg_store import writer_lock
+    from hermes_kb.agent.knowledgebase.index.pg_store import writer_lock
 
     with psycopg.connect(postgres_database, autocommit=True) as colleague:  # another machine's index run
         with writer_lock(colleague, kb.index_path(kb.config.directories[0]).name, docs.name):
@@ -144,7 +144,7 @@ def test_another_host_reads_the_index_and_follows_its_changes(tree, tmp_path, po
     copy = keyword_cache.cache_path(reader.index_path(reader.config.directories[0]))
     assert not copy.exists()
     assert reader.search("tomatoes sun", k=1).hits[0].path == "gardening.md"
-    assert keyword_cache.state(copy, reader._reader(copy.with_suffix("")).generation()) == "current"  # built here
+    assert keyword_cache.state(copy, reader.indexes.reader(copy.with_suffix("")).generation()) == "current"  # built here
     (docs / "tomato-diary.md").write_text("# Diary\n\nThe tomatoes split after heavy rain.\n")
     writer.index()
     assert "tomato-diary.md" in [hit.path for hit in reader.search("tomatoes rain", k=3, mode="keyword").hits]
@@ -155,7 +155,7 @@ def test_a_reader_searches_its_copy_with_the_changes_since_and_merges_them_later
                                                                                  monkeypatch):
     """Another machine's few changes are searched beside this machine's keyword copy (not merged into it
     before every search); many changes, or an old copy, are merged first."""
-    from hermes_kb.agent.knowledgebase import service
+    from hermes_kb.agent.knowledgebase.index import copies
 
     docs = tree(NOTES)
     writer = host(tmp_path / "writer-home", postgres_database, docs)
@@ -174,11 +174,11 @@ def test_a_reader_searches_its_copy_with_the_changes_since_and_merges_them_later
     assert "bone loss" not in reader.search("vitamin deficiency bone loss", k=1, mode="keyword").hits[0].text  # new text only
     hybrid = reader.search("sunlight zebrafish", k=2).hits
     assert hybrid[0].path == "vitamin.md" and "keyword" in hybrid[0].found_by
-    monkeypatch.setattr(service, "KEYWORD_DELTA_CHUNKS", 1)  # now too many changes: merged first
+    monkeypatch.setattr(copies, "KEYWORD_DELTA_CHUNKS", 1)  # now too many changes: merged first
     assert sorted(hit.path for hit in reader.search("zebrafish", k=5, mode="keyword").hits) == ["tomato-diary.md",
                                                                                             "vitamin.md"]
     assert keyword_cache.read_generation(copy) != built
-    assert keyword_cache.state(copy, reader._reader(copy.with_suffix("")).generation()) == "current"
+    assert keyword_cache.state(copy, reader.indexes.reader(copy.with_suffix("")).generation()) == "current"
 
 
 def test_a_folder_indexed_by_path_belongs_to_the_machine_that_indexed_it(tree, tmp_path, postgres_database):
@@ -203,9 +203,9 @@ def test_keyword_search_without_a_copy_scores_bm25_on_the_server(tree, tmp_path,
     kb.index()
     queries = ("vitamin deficiency patients", "weather week", "release train canary")
     with_copy = {q: ranking(kb, q, "keyword") for q in queries}
-    monkeypatch.setattr(KnowledgeBase, "_catch_up_keywords", staticmethod(lambda *_: None))
+    monkeypatch.setattr(copies.OpenIndexes, "catch_up_keywords", staticmethod(lambda *_: None))
     keyword_cache.cache_path(kb.index_path(kb.config.directories[0])).unlink()
-    kb.forget(kb.index_path(kb.config.directories[0]))
+    kb.indexes.forget(kb.index_path(kb.config.directories[0]))
     served = []
     original = PgIndexStore.keyword
     monkeypatch.setattr(PgIndexStore, "keyword", lambda self, terms, k, allowed=None: served.append(terms) or original(self, terms, k, allowed))
@@ -313,7 +313,7 @@ def test_two_hosts_indexing_one_directory_at_once_make_one_index(tmp_path, postg
     assert (row["files"], row["chunks"], row["vectors"]) == (80, 80, 80)
     hits = reader.search("observation 42 concerns", k=3).hits
     assert hits[0].path == "note042.md"
-    store = reader._reader(reader.index_path(reader.config.directories[0]))
+    store = reader.indexes.reader(reader.index_path(reader.config.directories[0]))
     assert sorted(store.files()) == sorted(p.name for p in docs.iterdir())
     assert store.conn.execute(f'SELECT COUNT(*) FROM "{store.schema}".chunks').fetchone()[0] == 80  # no duplicate
 
@@ -327,7 +327,7 @@ def test_sigkill_mid_run_releases_the_lock_and_another_host_finishes_the_work(tr
     first.index()  # with the "stub" model
     child = subprocess.Popen([sys.executable, "-c", KILLED_REEMBED, str(docs), str(tmp_path / "first"), str(REPO),
                               postgres_database])
-    store = first._reader(first.index_path(first.config.directories[0]))
+    store = first.indexes.reader(first.index_path(first.config.directories[0]))
     deadline = time.time() + 60
     while time.time() < deadline:  # kill once the re-embed is under way, with part of it written
         if store.reembed_pending() and store.has_vector_table() and 0 < store.counts()["vectors"] < 100:
@@ -447,7 +447,7 @@ def test_filters_answer_as_on_sqlite_from_the_copies_and_from_the_server(tree, t
                                                                           monkeypatch, exact_up_to):
     """Tags and dates read from the same facets on both backends; with no copy current, the server's
     HNSW and term indexes are restricted to the filter's chunks inside the query."""
-    from hermes_kb.agent.knowledgebase import pg_store
+    from hermes_kb.agent.knowledgebase.index import pg_store
     from hermes_kb.agent.knowledgebase.filters import SearchFilter
 
     from ..knowledgebase.test_filters import vault

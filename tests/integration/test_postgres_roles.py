@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from hermes_kb.agent.knowledgebase import pg_store
-from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore
+from hermes_kb.agent.knowledgebase.index import pg_store
+from hermes_kb.agent.knowledgebase.index.pg_store import PgIndexStore
 from hermes_kb.agent.knowledgebase.service import KnowledgebaseError
-from hermes_kb.agent.knowledgebase.store import StoreError
+from hermes_kb.agent.knowledgebase.index.contract import StoreError
 
 from ..conftest import StubEmbedder
 from .test_postgres_backend import NOTES, host

@@ -8,7 +8,9 @@ import unicodedata
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from hermes_kb.agent.knowledgebase import analysis, embeddings, keyword_cache, model_coverage
+from hermes_kb.agent.knowledgebase import analysis, embeddings, model_coverage
+
+from hermes_kb.agent.knowledgebase.index import keyword_cache
 from hermes_kb.agent.knowledgebase.chunker import Chunk
 
 from .test_store_contract import pg_store, store  # noqa: F401  (fixtures)
@@ -83,7 +85,7 @@ def test_an_index_from_the_previous_analyzer_is_re_analysed_on_open_without_re_e
                                                                                         stub_embedder):
     """Schema 1: an external-content FTS5 table with the porter tokenizer fed by triggers, English
     stems in chunk_terms. Opening it re-analyses every chunk from its text; vectors stay."""
-    from hermes_kb.agent.knowledgebase.store import IndexStore
+    from hermes_kb.agent.knowledgebase.index.store import IndexStore
 
     docs = tree({"zh.md": "# 部署\n\n数据库迁移之前先备份，然后回滚计划要写好。\n", "en.md": "# Deploy\n\nThe canary goes first.\n"})
     kb = make_kb(docs)

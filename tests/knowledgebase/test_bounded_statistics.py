@@ -10,8 +10,10 @@ import numpy as np
 import pytest
 from hypothesis import given, strategies as st
 
-from hermes_kb.agent.knowledgebase import keyword_cache, retriever
-from hermes_kb.agent.knowledgebase.keyword_cache import MIN_IDF, idf
+from hermes_kb.agent.knowledgebase import retriever
+
+from hermes_kb.agent.knowledgebase.index import bm25, keyword_cache
+from hermes_kb.agent.knowledgebase.index.bm25 import MIN_IDF, idf
 
 from .test_store_contract import pg_store, store, write  # noqa: F401  (fixtures)
 
@@ -53,7 +55,7 @@ def test_sampled_frequencies_never_exceed_the_chunk_count_and_scales_stay_finite
     scale = retriever.keyword_scale(source, query)
     assert math.isfinite(scale) and scale >= 0
     hits = store.keyword(query, 10)
-    scores = keyword_cache.bm25(query, store.terms_of([i for i, _ in hits]) if hits else [],
+    scores = bm25.bm25(query, store.terms_of([i for i, _ in hits]) if hits else [],
                                 dict(zip(query, [f * 50 for f in frequencies])), total, 5.0, 10)
     assert all(math.isfinite(score) for _, score in scores)
 
@@ -86,7 +88,7 @@ def test_a_reader_kept_open_sees_the_counts_of_each_write(tmp_path):
     """The chunk count and document frequencies a reader keeps between searches (counted once per
     state of the index: COUNT(*) walks the table) follow every write and deletion another connection
     makes, the sampled estimate included (over 4,000 ids)."""
-    from hermes_kb.agent.knowledgebase.store import IndexStore
+    from hermes_kb.agent.knowledgebase.index.store import IndexStore
 
     path = tmp_path / "index.sqlite"
     with IndexStore(path) as writer, IndexStore(path, create=False) as reader:

@@ -10,10 +10,10 @@ import time
 import numpy as np
 import pytest
 
-from hermes_kb.agent.knowledgebase import derived_file, keyword_cache, vector_cache
-from hermes_kb.agent.knowledgebase.keyword_cache import KeywordCache
-from hermes_kb.agent.knowledgebase.store import IndexStore
-from hermes_kb.agent.knowledgebase.vector_cache import VectorCache
+from hermes_kb.agent.knowledgebase.index import derived_file, keyword_cache, vector_cache
+from hermes_kb.agent.knowledgebase.index.keyword_cache import KeywordCache
+from hermes_kb.agent.knowledgebase.index.store import IndexStore
+from hermes_kb.agent.knowledgebase.index.vector_cache import VectorCache
 
 MODULES = {"vector": (vector_cache, VectorCache, "knn"), "keyword": (keyword_cache, KeywordCache, "search")}
 
@@ -216,7 +216,7 @@ KILLED_BUILD = textwrap.dedent("""
     import sys, time
     from pathlib import Path
     import numpy as np
-    from hermes_kb.agent.knowledgebase import keyword_cache, vector_cache
+    from hermes_kb.agent.knowledgebase.index import keyword_cache, vector_cache
 
     kind, path, marker = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
 

@@ -16,7 +16,8 @@ from rich.console import Console
 
 from hermes_kb.agent.knowledgebase.doctor import examine
 from hermes_kb.agent.knowledgebase.service import KnowledgebaseError
-from hermes_kb.agent.knowledgebase.store import IndexStore, StoreError
+from hermes_kb.agent.knowledgebase.index.contract import StoreError
+from hermes_kb.agent.knowledgebase.index.store import IndexStore
 from hermes_kb.hermes_cli.kb_command import run_kb
 
 from ..conftest import StubEmbedder
@@ -91,7 +92,7 @@ def test_disk_full_on_a_real_small_filesystem(tree, make_kb, tmp_path, hermes_ho
         code, out, err = cli(kb, "index")
         assert code == 1 and "is full" in err and "Traceback" not in err
         assert kb.search("observation", mode="keyword").hits  # what was indexed is still there
-        kb.forget(mount / "docs.sqlite")
+        kb.indexes.forget(mount / "docs.sqlite")
     finally:
         os.system(f"umount -l {mount}")
 
@@ -346,7 +347,7 @@ def test_an_index_inside_its_folder_with_any_name_never_indexes_itself(tree, mak
 
 
 def test_a_damaged_cache_is_reported_by_status_and_doctor_and_repaired(tree, make_kb, tmp_path):
-    from hermes_kb.agent.knowledgebase import keyword_cache
+    from hermes_kb.agent.knowledgebase.index import keyword_cache
 
     root = notes(tree, tmp_path / "docs", n=30)
     kb = make_kb(root)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from rich.console import Console
 
-from hermes_kb.agent.knowledgebase import vector_cache
+from hermes_kb.agent.knowledgebase.index import encoding, vector_cache
 from hermes_kb.agent.knowledgebase.chunker import CHUNKER_VERSION
 from hermes_kb.agent.knowledgebase.filters import FileTable, FilterError, SearchFilter, pack_tags, parse_when, search_filter
 from hermes_kb.agent.knowledgebase.loaders import load
@@ -157,7 +157,7 @@ def test_a_shortlisted_filter_ranks_only_its_rows(monkeypatch, tmp_path):
     rng = np.random.default_rng(3)
     vectors = rng.normal(size=(3000, 32)).astype(np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
-    ids = np.arange(1, 3001, dtype=np.int64) << vector_cache.WINDOW_BITS
+    ids = np.arange(1, 3001, dtype=np.int64) << encoding.WINDOW_BITS
     path = tmp_path / "v.cache"
     vector_cache.build(path, "g", 32, len(ids), [(ids, vectors)])
     monkeypatch.setattr(vector_cache, "EXACT_SCAN_ROWS", 100)
@@ -165,7 +165,7 @@ def test_a_shortlisted_filter_ranks_only_its_rows(monkeypatch, tmp_path):
     copy = vector_cache.VectorCache(path)
     allowed = np.arange(1, 3001, 7, dtype=np.int64)  # 429 chunks, 2 not among them
     found = [i for i, _ in copy.knn(vectors[1], 10, allowed)]
-    exact = [i for i, _ in vector_cache.exact_knn(copy.vectors_for, vectors[1], 10, allowed)]
+    exact = [i for i, _ in encoding.exact_knn(copy.vectors_for, vectors[1], 10, allowed)]
     assert len(found) == 10 and set(found) <= set(allowed.tolist())
     assert len(set(found) & set(exact)) >= 7 and found[0] == exact[0]
 
@@ -196,7 +196,7 @@ def test_an_index_from_before_tags_gets_them_on_its_next_run_without_re_embeddin
     store.conn.execute("ALTER TABLE files DROP COLUMN dated")
     store.set_meta(chunker=store.meta("chunker").replace(f"v{CHUNKER_VERSION}:", "v8:"))  # as the release before tags left it
     store.close()
-    kb.forget(kb.index_path(directory))
+    kb.indexes.forget(kb.index_path(directory))
     assert kb.search("quarterly report", tags=["finance"]).hits == []  # readable meanwhile, just untagged
     [summary] = kb.index()
     assert summary.chunks_embedded == 0

@@ -3,7 +3,7 @@
 import os
 import time
 
-from hermes_kb.agent.knowledgebase.store import writer_lock
+from hermes_kb.agent.knowledgebase.index.local_files import writer_lock
 
 
 def test_deleted_file_never_appears_and_edited_file_is_refreshed(tree, make_kb, stub_embedder):

@@ -10,8 +10,8 @@ from hermes_kb.agent.knowledgebase.embeddings import BASELINE_PROBES, cosine_bas
 from hermes_kb.agent.knowledgebase.indexer import ModelMismatchError
 from hermes_kb.agent.knowledgebase.kinds.document import Document
 from hermes_kb.agent.knowledgebase.retriever import REFERENCE_BASELINE
-from hermes_kb.agent.knowledgebase.store import fts_query, IndexStore
-from hermes_kb.agent.knowledgebase.vector_cache import VectorCache
+from hermes_kb.agent.knowledgebase.index.store import fts_query, IndexStore
+from hermes_kb.agent.knowledgebase.index.vector_cache import VectorCache
 
 from ..conftest import StubEmbedder
 

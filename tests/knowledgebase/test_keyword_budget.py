@@ -1,10 +1,10 @@
 import pytest
 
-from hermes_kb.agent.knowledgebase import store as store_module
+from hermes_kb.agent.knowledgebase.index import store as store_module
 from hermes_kb.agent.knowledgebase.chunker import Chunk
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase
-from hermes_kb.agent.knowledgebase.retriever import affordable_terms
-from hermes_kb.agent.knowledgebase.store import IndexStore
+from hermes_kb.agent.knowledgebase.index.store_keywords import affordable_terms
+from hermes_kb.agent.knowledgebase.index.store import IndexStore
 
 
 def fill(store: IndexStore, texts: list[str], per_file: int = 100) -> None:

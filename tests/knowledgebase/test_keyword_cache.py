@@ -1,11 +1,12 @@
 import numpy as np
 import pytest
 
-from hermes_kb.agent.knowledgebase import keyword_cache, vector_cache
+from hermes_kb.agent.knowledgebase.index import keyword_cache, vector_cache
 from hermes_kb.agent.knowledgebase.chunker import Chunk
 from hermes_kb.agent.knowledgebase.analysis import index_tokens, query_words, tokens
-from hermes_kb.agent.knowledgebase.keyword_cache import KeywordCache, cache_path, read_generation
-from hermes_kb.agent.knowledgebase.store import IndexStore, remove_index
+from hermes_kb.agent.knowledgebase.index.keyword_cache import KeywordCache, cache_path, read_generation
+from hermes_kb.agent.knowledgebase.index.local_files import remove_index
+from hermes_kb.agent.knowledgebase.index.store import IndexStore
 
 TEXT = ("Café owners' NAÏVE résumés: running shoes, foo_bar and 3D-printed cells; "
         "the connections connected and generalization of apoptosis in 2019.")

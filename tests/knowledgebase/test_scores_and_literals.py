@@ -91,8 +91,8 @@ def test_the_exact_pass_finds_the_same_chunks_with_or_without_the_phrase_query(t
     whole query taken literally is checked in the text of the chunks the keyword pass ranked first (a
     phrase query over every word of it costs most of a search at 1M chunks), and a quoted phrase goes
     to FTS5's phrase query. Either way the same chunks are marked exact."""
-    from hermes_kb.agent.knowledgebase import store
-    from hermes_kb.agent.knowledgebase.keyword_cache import KeywordCache
+    from hermes_kb.agent.knowledgebase.index import store
+    from hermes_kb.agent.knowledgebase.index.keyword_cache import KeywordCache
 
     word = "ordinary" if common else "zeppelinx"
     docs = {**filler(60, "An ordinary deployment note: train the release, restart after the ordinary run."),

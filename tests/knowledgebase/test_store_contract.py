@@ -6,17 +6,21 @@ session (tests/postgres_server.py), or the server HERMES_KB_TEST_POSTGRES_URL na
 
 from __future__ import annotations
 
+import inspect
 import itertools
 import re
 import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from hermes_kb.agent.knowledgebase import keyword_cache, vector_cache
+from hermes_kb.agent.knowledgebase.index import keyword_cache, vector_cache
 from hermes_kb.agent.knowledgebase.chunker import Chunk
 from hermes_kb.agent.knowledgebase.embeddings import ModelIdentity
-from hermes_kb.agent.knowledgebase.store import IndexStore, StoreError
+from hermes_kb.agent.knowledgebase.index.contract import SharedStore, Store, StoreError
+from hermes_kb.agent.knowledgebase.index.pg_store import PgIndexStore
+from hermes_kb.agent.knowledgebase.index.store import IndexStore
 
 from ..postgres_server import free_port
 
@@ -26,7 +30,7 @@ _schemas = itertools.count()
 
 @pytest.fixture
 def pg_store(postgres_url, tmp_path):
-    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect, schema_name
+    from hermes_kb.agent.knowledgebase.index.pg_store import PgIndexStore, connect, schema_name
 
     schema = schema_name(f"{tmp_path}-{os.getpid()}-{next(_schemas)}", "contract")
     store = PgIndexStore(connect(postgres_url), schema, tmp_path / "pg-copies")
@@ -154,12 +158,12 @@ def test_a_copy_whose_build_fails_midway_leaves_the_store_usable(store, monkeypa
 
 
 def test_a_re_analysis_reads_the_texts_in_batches_and_keeps_every_chunk_searchable(store, monkeypatch):
-    from hermes_kb.agent.knowledgebase import store as store_module
+    from hermes_kb.agent.knowledgebase.index import common
 
     store.pin_model(IDENTITY)
     ids = write(store, "a.md", ["kiwi smoothie", "mango lassi", "papaya salad"], [unit(1), unit(0, 1), unit(0, 0, 1)])
     ids += write(store, "b.md", ["lime sorbet", "guava jam"], [unit(1, 1), unit(1, 0, 1)])
-    monkeypatch.setattr(store_module, "REANALYSE_BATCH", 2)  # three batches, the last one short
+    monkeypatch.setattr(common, "REANALYSE_BATCH", 2)  # three batches, the last one short
     store.set_meta(analyzer="an older analyzer")
     assert store.reanalyse() == 5
     for chunk_id, word in zip(ids, ["kiwi", "mango", "papaya", "lime", "guava"]):
@@ -211,7 +215,7 @@ DOCS = {
 
 def test_the_bm25_and_vector_copies_rank_identically_on_both_backends(tmp_path, pg_store):
     """Keyword search is BM25 from the same term rows, and vectors the same floats, on either backend."""
-    from hermes_kb.agent.knowledgebase import keyword_cache, vector_cache
+    from hermes_kb.agent.knowledgebase.index import keyword_cache, vector_cache
 
     rng = np.random.default_rng(3)
     vectors = {path: [unit(*rng.normal(size=IDENTITY.dim)) for _ in texts] for path, texts in DOCS.items()}
@@ -240,7 +244,7 @@ def test_the_bm25_and_vector_copies_rank_identically_on_both_backends(tmp_path, 
 def test_a_reader_snapshot_taken_before_the_model_is_pinned_or_dropped_sees_no_vectors(pg_store, postgres_url):
     """The catalogue does not wait for snapshots: a reader that began before pin_model sees the new
     table but not its dimension (found by two hosts indexing while a third searched)."""
-    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect
+    from hermes_kb.agent.knowledgebase.index.pg_store import PgIndexStore, connect
 
     [chunk_id] = write(pg_store, "a.md", ["alpha"])
     reader = PgIndexStore(connect(postgres_url), pg_store.schema, pg_store.path, create=False)
@@ -260,8 +264,8 @@ def test_a_reader_snapshot_taken_before_the_model_is_pinned_or_dropped_sees_no_v
 def test_one_writer_per_directory_across_connections_and_readers_never_see_half_a_file(pg_store, postgres_url):
     import threading
 
-    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect, writer_held, writer_lock
-    from hermes_kb.agent.knowledgebase.store import IndexBusy
+    from hermes_kb.agent.knowledgebase.index.pg_store import PgIndexStore, connect, writer_held, writer_lock
+    from hermes_kb.agent.knowledgebase.index.contract import IndexBusy
 
     other = PgIndexStore(connect(postgres_url), pg_store.schema, pg_store.path)  # another host's process
     holder = connect(postgres_url)
@@ -310,7 +314,7 @@ def test_one_writer_per_directory_across_connections_and_readers_never_see_half_
 
 
 def test_a_schema_an_older_version_made_gets_its_writer_row_when_opened(pg_store, postgres_url):
-    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect, writer_lock
+    from hermes_kb.agent.knowledgebase.index.pg_store import PgIndexStore, connect, writer_lock
 
     pg_store.conn.execute(f'DROP TABLE "{pg_store.schema}".writer')
     reopened = PgIndexStore(connect(postgres_url), pg_store.schema, pg_store.path, create=False)
@@ -324,7 +328,7 @@ def test_a_schema_an_older_version_made_gets_its_writer_row_when_opened(pg_store
 def test_connection_faults_are_one_sentence_each(postgres_url):
     from urllib.parse import urlsplit
 
-    from hermes_kb.agent.knowledgebase.pg_store import connect
+    from hermes_kb.agent.knowledgebase.index.pg_store import connect
 
     parts = urlsplit(postgres_url)
     faults = {
@@ -341,7 +345,7 @@ def test_connection_faults_are_one_sentence_each(postgres_url):
 def test_a_user_who_may_not_enable_pgvector_is_told_the_statement(postgres_url):
     import psycopg
 
-    from hermes_kb.agent.knowledgebase.pg_store import connect
+    from hermes_kb.agent.knowledgebase.index.pg_store import connect
 
     database = f"novector_{os.getpid()}"
     with psycopg.connect(postgres_url, autocommit=True) as admin:
@@ -366,7 +370,7 @@ class _FakeConnection:
 
 
 def test_an_old_server_or_pgvector_is_named_with_what_is_needed():
-    from hermes_kb.agent.knowledgebase.pg_store import check_server
+    from hermes_kb.agent.knowledgebase.index.pg_store import check_server
 
     with pytest.raises(StoreError, match=r"runs version 12; the knowledgebase needs 13 or later\.$"):
         check_server(_FakeConnection({"server_version_num": ("120015",)}), "db:5432")
@@ -375,8 +379,8 @@ def test_an_old_server_or_pgvector_is_named_with_what_is_needed():
 
 
 def test_a_schema_from_a_newer_version_is_refused(pg_store, postgres_url):
-    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect
-    from hermes_kb.agent.knowledgebase.store import SCHEMA_VERSION
+    from hermes_kb.agent.knowledgebase.index.pg_store import PgIndexStore, connect
+    from hermes_kb.agent.knowledgebase.index.contract import SCHEMA_VERSION
 
     pg_store.set_meta(schema_version=99)
     with pytest.raises(StoreError, match=rf"written by a newer hermes-knowledgebase \(schema 99; this one reads {SCHEMA_VERSION}\)"):
@@ -384,7 +388,7 @@ def test_a_schema_from_a_newer_version_is_refused(pg_store, postgres_url):
 
 
 def test_schema_names_are_unique_per_folder_safe_and_short():
-    from hermes_kb.agent.knowledgebase.pg_store import schema_name
+    from hermes_kb.agent.knowledgebase.index.pg_store import schema_name
 
     names = {schema_name(f"/srv/team/{folder}", "Team Docs: 2026 — ünïcode") for folder in ("a", "b")}
     assert len(names) == 2
@@ -393,7 +397,7 @@ def test_schema_names_are_unique_per_folder_safe_and_short():
 
 
 def test_a_schema_name_that_could_break_out_of_its_quotes_is_refused(postgres_url, tmp_path):
-    from hermes_kb.agent.knowledgebase.pg_store import PgIndexStore, connect
+    from hermes_kb.agent.knowledgebase.index.pg_store import PgIndexStore, connect
 
     conn = connect(postgres_url)
     try:
@@ -403,3 +407,79 @@ def test_a_schema_name_that_could_break_out_of_its_quotes_is_refused(postgres_ur
         assert conn.execute("SELECT 1 FROM pg_namespace WHERE nspname = 'public'").fetchone()
     finally:
         conn.close()
+
+
+def _declared(protocol) -> dict[str, inspect.Signature]:
+    return {name: inspect.signature(member) for name, member in vars(protocol).items()
+            if callable(member) and not name.startswith("_")}
+
+
+@pytest.mark.parametrize("implementation, protocols", [(IndexStore, (Store,)), (PgIndexStore, (Store, SharedStore))],
+                         ids=["sqlite", "postgres"])
+def test_each_store_implements_every_method_the_contract_declares_with_its_parameters(implementation, protocols):
+    for protocol in protocols:
+        for name, declared in _declared(protocol).items():
+            implemented = getattr(implementation, name, None)
+            assert callable(implemented), f"{implementation.__name__} lacks {name}"
+            assert list(inspect.signature(implemented).parameters) == list(declared.parameters), (
+                f"{implementation.__name__}.{name}{inspect.signature(implemented)} differs from {protocol.__name__}{declared}")
+
+
+def test_the_engine_asks_a_store_only_what_the_contract_declares():
+    """Every method the engine calls on a store is declared, so a third store written to the contract works."""
+    declared = set(_declared(Store)) | set(_declared(SharedStore)) | {"path", "conn"}
+    engine = Path(IndexStore.__module__.replace(".", "/")).parents[1]
+    called = set()
+    for module in engine.rglob("*.py"):
+        if module.parent.name == "index" and module.stem in ("store", "pg_store", "common", "sqlite_backend"):
+            continue  # the stores themselves, and the backend that calls the SQLite module's functions
+        called |= set(re.findall(r"\bstore\.([a-z]\w*)\(", module.read_text()))
+    assert called and called <= declared, sorted(called - declared)
+
+
+def test_an_open_store_is_a_contract_store(store):
+    assert isinstance(store, Store)
+
+
+def test_the_index_package_has_no_import_cycle_and_no_store_imports_the_other_or_a_copy():
+    import ast
+
+    folder = Path(IndexStore.__module__.replace(".", "/"))
+    folder = Path(__file__).parents[2] / folder.parent
+    graph = {}
+    for module in folder.glob("*.py"):
+        imported = set()
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                imported |= {node.module} if node.module else {alias.name for alias in node.names}
+        graph[module.stem] = imported
+    for store_module in ("store", "pg_store"):
+        assert not graph[store_module] & {"store", "pg_store", "keyword_cache", "vector_cache", "copies"}, store_module
+    visiting, done = [], set()
+
+    def visit(name):
+        assert name not in visiting, f"import cycle: {' -> '.join([*visiting, name])}"
+        if name in done:
+            return
+        visiting.append(name)
+        for other in graph.get(name, ()):
+            visit(other)
+        visiting.pop()
+        done.add(name)
+    for name in graph:
+        visit(name)
+
+
+@pytest.mark.parametrize("backend", ["sqlite_backend.SqliteBackend", "pg_backend.PostgresBackend"])
+def test_each_backend_implements_the_backend_contract(backend):
+    import importlib
+
+    from hermes_kb.agent.knowledgebase.index.contract import Backend
+
+    module, _, name = backend.partition(".")
+    implementation = getattr(importlib.import_module(f"hermes_kb.agent.knowledgebase.index.{module}"), name)
+    for method, declared in _declared(Backend).items():
+        implemented = getattr(implementation, method, None)
+        assert callable(implemented), f"{name} lacks {method}"
+        assert list(inspect.signature(implemented).parameters) == list(declared.parameters), (name, method)
+    assert isinstance(implementation.shared, bool)

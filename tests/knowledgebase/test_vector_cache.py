@@ -4,10 +4,13 @@ from concurrent.futures import Future
 import numpy as np
 import pytest
 
-from hermes_kb.agent.knowledgebase import retriever, vector_cache
-from hermes_kb.agent.knowledgebase.keyword_cache import KeywordCache
-from hermes_kb.agent.knowledgebase.store import IndexStore, remove_index
-from hermes_kb.agent.knowledgebase.vector_cache import VectorCache, build, cache_path, read_generation
+from hermes_kb.agent.knowledgebase import retriever
+
+from hermes_kb.agent.knowledgebase.index import encoding, vector_cache
+from hermes_kb.agent.knowledgebase.index.keyword_cache import KeywordCache
+from hermes_kb.agent.knowledgebase.index.local_files import remove_index
+from hermes_kb.agent.knowledgebase.index.store import IndexStore
+from hermes_kb.agent.knowledgebase.index.vector_cache import VectorCache, build, cache_path, read_generation
 
 
 def clustered(count: int, dim: int = 48, seed: int = 3, centres: int = 20) -> np.ndarray:
@@ -24,7 +27,7 @@ def window_ids(count: int, seed: int = 1) -> np.ndarray:
     rng = np.random.default_rng(seed)
     ids, chunk = [], 10
     while len(ids) < count:
-        ids += vector_cache.vector_ids(chunk, int(rng.integers(1, 4)))
+        ids += encoding.vector_ids(chunk, int(rng.integers(1, 4)))
         chunk += int(rng.integers(1, 4))
     return rng.permutation(np.array(ids[:count], dtype=np.int64))
 
@@ -41,7 +44,7 @@ def exact_top(vectors, ids, query, k):
     scores = vectors @ (query / np.linalg.norm(query))
     best: dict[int, float] = {}
     for vector_id, score in zip(ids.tolist(), scores.tolist()):
-        chunk = vector_id >> vector_cache.WINDOW_BITS
+        chunk = vector_id >> encoding.WINDOW_BITS
         best[chunk] = max(best.get(chunk, -2.0), score)
     top = sorted(best, key=lambda c: -best[c])[:k]
     return top, np.array([best[c] for c in top])
@@ -83,7 +86,7 @@ def test_vectors_for_looks_up_ids_and_ignores_unknown(tmp_path):
     vectors = clustered(50)
     path = tmp_path / "x.vectors"
     ids = write_cache(path, vectors)
-    chunks = ids >> vector_cache.WINDOW_BITS
+    chunks = ids >> encoding.WINDOW_BITS
     first, other = int(chunks[4]), int(chunks[0])
     found = VectorCache(path).vectors_for([first, 999_999, other])
     assert set(found) == {first, other}
@@ -166,9 +169,9 @@ def test_reading_sqlite_vec_storage_directly_matches_the_virtual_table(tmp_path)
         assert len(copied) == store.vector_count() == 2300
         table = {i: np.frombuffer(blob, dtype=np.float32) for i, blob in store.conn.execute("SELECT rowid, embedding FROM chunk_vec")}
         assert table.keys() == copied.keys() and all(np.array_equal(table[i], copied[i]) for i in table)
-        stored = store.vectors_for(sorted({i >> vector_cache.WINDOW_BITS for i in copied}))
+        stored = store.vectors_for(sorted({i >> encoding.WINDOW_BITS for i in copied}))
         assert len(stored) == 1150 and all(len(windows) == 2 for windows in stored.values())
-        assert all(np.array_equal(stored[i >> vector_cache.WINDOW_BITS][i & 31], copied[i]) for i in copied)
+        assert all(np.array_equal(stored[i >> encoding.WINDOW_BITS][i & 31], copied[i]) for i in copied)
 
 
 @pytest.mark.parametrize("block", [16_384, 333])
@@ -213,7 +216,7 @@ def test_rows_read_with_pread_equal_rows_read_through_the_mapping(tmp_path, monk
     ids = write_cache(path, vectors)
     cache = VectorCache(path)
     queries = vectors[:10] + 0.02
-    chunks = (ids[:50] >> vector_cache.WINDOW_BITS).tolist()
+    chunks = (ids[:50] >> encoding.WINDOW_BITS).tolist()
     mapped = [cache.knn(q, 10) for q in queries], cache.vectors_for(chunks)
     monkeypatch.setattr(vector_cache, "MAPPED_FLOAT_BYTES", 0)  # as for a matrix too large to map
     read = [cache.knn(q, 10) for q in queries], cache.vectors_for(chunks)

@@ -8,11 +8,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from hermes_kb.agent.knowledgebase import derived_file, doctor, vector_cache
+from hermes_kb.agent.knowledgebase import doctor
+
+from hermes_kb.agent.knowledgebase.index import derived_file, encoding, vector_cache
 from hermes_kb.agent.knowledgebase.chunker import Chunk
 from hermes_kb.agent.knowledgebase.embeddings import ModelIdentity
-from hermes_kb.agent.knowledgebase.store import IndexStore
-from hermes_kb.agent.knowledgebase.vector_cache import MAGIC, VectorCache, build, cache_path
+from hermes_kb.agent.knowledgebase.index.store import IndexStore
+from hermes_kb.agent.knowledgebase.index.vector_cache import MAGIC, VectorCache, build, cache_path
 
 from .test_vector_cache import clustered, exact_top, window_ids
 
@@ -147,12 +149,12 @@ def test_a_copy_leaves_out_the_chunks_it_is_told_to(tmp_path, rows):
     ids = window_ids(rows)
     build(path, "gen-1", 64, rows, iter([(ids, vectors)]))
     cache = VectorCache(path)
-    chunks = np.unique(ids >> vector_cache.WINDOW_BITS)
+    chunks = np.unique(ids >> encoding.WINDOW_BITS)
     rng = np.random.default_rng(5)
     for query in vectors[:10] + 0.01:
         best = [chunk for chunk, _ in cache.knn(query, 10)]
         without = np.sort(np.array(best[:4] + rng.choice(chunks, 50, replace=False).tolist(), dtype=np.int64))
-        kept = ~np.isin(ids >> vector_cache.WINDOW_BITS, without)
+        kept = ~np.isin(ids >> encoding.WINDOW_BITS, without)
         expected, _ = exact_top(vectors[kept], ids[kept], query, 10)
         found = [chunk for chunk, _ in cache.knn(query, 10, without=np.unique(without))]
         assert not set(found) & set(without.tolist())
@@ -175,7 +177,7 @@ def test_vectors_an_older_version_writes_are_logged_or_the_copy_is_not_trusted(n
         chunk = store.conn.execute("INSERT INTO chunks(file_id, ord, text, start_char, end_char, start_line, end_line, "
                                    "content_hash) VALUES (?, 9, 'volcano basalt eruption', 0, 1, 1, 1, 'x')", (file_id,)).lastrowid
         vector = kb.embedder().embed_documents(["volcano basalt eruption"])[0]
-        store.conn.execute("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)", (chunk << vector_cache.WINDOW_BITS, vector.tobytes()))
+        store.conn.execute("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)", (chunk << encoding.WINDOW_BITS, vector.tobytes()))
         store.conn.execute("COMMIT")
         assert chunk in vector_cache.delta_since(store, header, store.generation()).tolist()
     assert [h.path for h in make_kb(root).search("volcano basalt eruption", k=1, mode="vector").hits] == ["n03.md"]
@@ -199,7 +201,7 @@ def test_an_index_restored_from_a_backup_never_takes_a_newer_copy_for_its_own(no
         kb.index()  # the copy now holds secret.md's vector, and the index records it as the one it built
     copy_header = derived_file.claimed(cache_path(index), MAGIC)
     (root / "secret.md").unlink()
-    kb.forget(index)
+    kb.indexes.forget(index)
     for companion in (index, Path(f"{index}-wal"), Path(f"{index}-shm")):
         companion.unlink(missing_ok=True)
     shutil.copy(backup, index)  # the index is restored; its vector copy is left as it was

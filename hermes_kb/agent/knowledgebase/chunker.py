@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import hashlib
 import re
-
-import regex
 from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+
+import regex
 
 from .analysis import CLUSTERED, IDEOGRAPHIC
 from .code_units import KIND_GRAMMARS, code_segments

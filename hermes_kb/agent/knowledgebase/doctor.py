@@ -21,10 +21,11 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import keyword_cache, vector_cache
 from .config import DirectoryConfig
+from .index import keyword_cache, vector_cache
+from .index.contract import IndexCorrupt, Store, StoreError
+from .index.local_files import companion_paths
 from .service import KnowledgeBase, KnowledgebaseError
-from .store import IndexCorrupt, IndexStore, StoreError, companion_paths
 
 CACHES = {"vector cache": vector_cache, "keyword cache": keyword_cache}
 
@@ -76,7 +77,7 @@ def _examine_directory(kb: KnowledgeBase, directory: DirectoryConfig, repair: bo
     return findings
 
 
-def _examine_contents(name: str, path: Path, store: IndexStore, shared: bool = False) -> list[Finding]:
+def _examine_contents(name: str, path: Path, store: Store, shared: bool = False) -> list[Finding]:
     """`shared`: other machines write this index, so copies behind it are normal here (a search
     catches the keyword copy up, the next index run the vector copy); only damaged ones are findings."""
     findings = []
@@ -120,7 +121,7 @@ def _repair(kb: KnowledgeBase, directory: DirectoryConfig, path: Path, findings:
 
 
 def _move_aside(kb: KnowledgeBase, path: Path) -> None:
-    kb.forget(path)
+    kb.indexes.forget(path)
     os.replace(path, f"{path}.corrupt")
     for companion in companion_paths(path)[1:]:
         with contextlib.suppress(FileNotFoundError):

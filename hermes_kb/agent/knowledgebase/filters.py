@@ -17,7 +17,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from .vector_cache import spans
+from .index.vector_cache import spans
 
 # A front matter's dates, the most telling first: "changed since" asks when a note last changed.
 DATE_KEYS = ("updated", "modified", "date", "created")

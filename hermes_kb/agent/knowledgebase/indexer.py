@@ -30,18 +30,25 @@ from typing import Callable, Protocol
 
 import numpy as np
 
-from . import keyword_cache, vector_cache
+from . import ocr as ocr_engine
 from .analysis import looks_like_code
 from .chunker import chunk_document, chunker_signature
 from .config import DirectoryConfig, KnowledgebaseConfig
-from .embeddings import Embedder, EmbeddingError, ModelMismatchError, cosine_baseline, mismatch_message
-from .file_access import read_inside
-from .kinds.document import cured_skip
-from . import ocr as ocr_engine
+from .embeddings import (
+    Embedder,
+    EmbeddingError,
+    ModelMismatchError,
+    cosine_baseline,
+    mismatch_message,
+)
 from .extraction import Extractor
+from .file_access import read_inside
+from .index import keyword_cache, vector_cache
+from .index.contract import FileRefused, FileRow, Store, StoreError
+from .index.local_files import index_files
+from .kinds.document import cured_skip
 from .ocr import Ocr
 from .scanner import ScannedFile, scan
-from .store import FileRefused, FileRow, IndexStore, StoreError, index_files
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +145,7 @@ class OcrReport:
 class _Run:
     """State of one sync; kept out of module globals so runs never share anything."""
 
-    def __init__(self, directory: DirectoryConfig, config: KnowledgebaseConfig, store: IndexStore,
+    def __init__(self, directory: DirectoryConfig, config: KnowledgebaseConfig, store: Store,
                  embedder_factory: Callable[[], Embedder], progress: Progress, full: bool, only: set[str] | None,
                  ocr: Ocr | None = None):
         self.directory, self.config, self.store, self.ocr = directory, config, store, ocr
@@ -469,7 +476,7 @@ def _batches(items: list, windows_per_batch: int) -> list[list]:
     return [batch for batch in batches if batch]
 
 
-def index_directory(directory: DirectoryConfig, config: KnowledgebaseConfig, store: IndexStore,
+def index_directory(directory: DirectoryConfig, config: KnowledgebaseConfig, store: Store,
                     embedder_factory: Callable[[], Embedder], progress: Progress | None = None,
                     full: bool = False, only: set[str] | None = None, ocr: Ocr | None = None) -> IndexSummary:
     """Sync one directory into its open store (only the files in `only`, relative paths, when given:

@@ -19,15 +19,18 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from . import analysis, reranker as relevance, snippets
+from . import analysis, snippets
+from . import reranker as relevance
 from .chunker import estimate_tokens
-from .filters import FileTable, SearchFilter
-from .keyword_cache import KeywordCache, idf
-from .reranker import Judged, Reranker, RerankError, ScoreCache
 from .citations import part_label
+from .filters import FileTable, SearchFilter
+from .index.bm25 import idf
+from .index.contract import Store
+from .index.keyword_cache import KeywordCache, KeywordDelta
+from .index.store_keywords import StoreKeywords
+from .index.vector_cache import VectorCache, VectorDelta
+from .reranker import Judged, Reranker, RerankError, ScoreCache
 from .snippets import Snippet
-from .store import IndexStore
-from .vector_cache import VectorCache, VectorDelta
 
 log = logging.getLogger(__name__)
 
@@ -83,10 +86,10 @@ class SearchSource:
     """One open index, the model its vectors are compared with the query's by, or why they may not be."""
     name: str
     root: str
-    store: IndexStore
+    store: Store
     vector_refusal: str | None = None
     vectors: VectorCache | VectorDelta | None = None  # the store's vectors, memory-mapped, when the copy (with its delta) is current
-    keywords: KeywordCache | None = None  # its terms' posting lists, likewise
+    keywords: KeywordCache | KeywordDelta | None = None  # its terms' posting lists, likewise
     files: Callable[[], FileTable] | None = None  # its files' facets, kept across searches while current
     model: QueryModel | None = None  # the model it was embedded with; None: keyword search only
 
@@ -109,8 +112,13 @@ class SearchSource:
         return self.store.path
 
     @property
-    def vector_index(self) -> VectorCache | VectorDelta | IndexStore:
+    def vector_index(self) -> VectorCache | VectorDelta | Store:
+        """What its vectors are searched in: the copy when current, else the store's own index."""
         return self.vectors or self.store
+
+    def keyword_index(self, row_budget: int | None = None) -> KeywordCache | KeywordDelta | StoreKeywords:
+        """What its keywords are searched in, likewise (the same calls either way)."""
+        return self.keywords or StoreKeywords(self.store, row_budget)
 
     def allowed(self, search_filter: SearchFilter) -> np.ndarray:
         """The ids of the chunks a filter lets this search answer from, ascending."""
@@ -289,10 +297,8 @@ def keyword_scale(source: SearchSource, terms: Sequence[str]) -> float:
     index outranked the answers of another and weak keyword matches pulled good vector hits down.
     """
     units = evidence_units(terms, source.languages)
-    if source.keywords is not None:
-        count, frequencies = source.keywords.count, source.keywords.document_frequencies(units, source.languages)
-    else:
-        count, frequencies = source.store.chunk_total(), source.store.document_frequencies(units)
+    keywords = source.keyword_index()
+    count, frequencies = keywords.count, keywords.document_frequencies(units, source.languages)
     return float(np.sum(idf(count, frequencies))) if len(frequencies) else 0.0
 
 
@@ -306,27 +312,6 @@ def evidence_units(terms: Sequence[str], languages: Sequence[str]) -> list[str]:
         groups = analysis.query_groups(word, languages)
         units.extend(dict.fromkeys(group[0] for group in groups) if len(groups) > 1 else [word])
     return units
-
-
-def affordable_terms(store: IndexStore, terms: list[str], budget: int | None) -> list[str]:
-    """The rarest terms whose posting lists together stay within `budget` rows, the rarest always kept.
-
-    FTS5 scores every row that matches any OR-ed term (about 1 µs a row), so one common word
-    ("patients", "function") in a long query costs more than the rest of the search at 100k chunks.
-    Such words carry little BM25 weight (low IDF), so dropping them first changes rankings least.
-    """
-    if budget is None or len(terms) < 2:
-        return terms
-    cost = dict(zip(terms, store.document_frequencies(terms)))
-    if sum(cost.values()) <= budget:
-        return terms
-    kept, spent = [], 0
-    for term in sorted(terms, key=cost.__getitem__):
-        if kept and spent + cost[term] > budget:
-            break
-        kept.append(term)
-        spent += cost[term]
-    return [t for t in terms if t in kept]
 
 
 @dataclass
@@ -421,10 +406,7 @@ def _keyword_pass(sources: Sequence[SearchSource], query: str, terms: list[str],
         # but they give vector candidates their bm25 without a second search.
         depth = max(pool, KEYWORD_SCORE_DEPTH) if options.mode == "hybrid" else pool
         only = allowed.get(source.key)
-        if source.keywords:
-            keyword_scores = source.keywords.search(searched, depth, source.languages, only)
-        else:
-            keyword_scores = source.store.keyword(affordable_terms(source.store, searched, options.keyword_row_budget), depth, only)
+        keyword_scores = source.keyword_index(options.keyword_row_budget).search(searched, depth, source.languages, only)
         for rank, (chunk_id, score) in enumerate(keyword_scores[:pool]):
             by_source[source.key][chunk_id] = _Candidate(source, chunk_id, bm25=score, found_by=["keyword"],
                                                           keyword_rank=rank)
@@ -445,7 +427,7 @@ def _mark_exact(source: SearchSource, query: str, by_id: dict[int, _Candidate], 
     ranked first, which hold its words: FTS5's phrase query over it took 80-160 ms at 1M chunks
     (docs/benchmarks.md), most of a search, to find a pasted message that is rarely there."""
     for literal in literals(query):
-        ids = source.keywords.holders_of_all_terms(literal, EXACT_DEPTH, source.languages) if source.keywords else None
+        ids = source.keyword_index().holders_of_all_terms(literal, EXACT_DEPTH, source.languages)
         if ids is None and len(literal.split()) >= WHOLE_QUERY_WORDS:
             ids = list(bm25)[:EXACT_DEPTH]  # ranked best first
         elif ids is None:

@@ -18,18 +18,34 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Sequence
 
-from . import derived_file, embeddings, keyword_cache, reranker, typed_search, vector_cache
+from . import embeddings, reranker, typed_search
 from . import ocr as ocr_engine
-from .backends import backend_for
-from .config import ConfigError, DirectoryConfig, KnowledgebaseConfig, resolve_path, unique_name
+from .config import (
+    ConfigError,
+    DirectoryConfig,
+    KnowledgebaseConfig,
+    resolve_path,
+    unique_name,
+)
 from .embeddings import EmbeddingError, ModelMismatchError, mismatch_message
-from .filters import FileTable, FilterError, SearchFilter, search_filter
-from .keyword_cache import KeywordCache, KeywordDelta
-from .retriever import QueryModel, SearchError, SearchOptions, SearchResult, SearchSource, conclude, search, well_formed
+from .filters import FilterError, SearchFilter, search_filter
+from .index import copies, keyword_cache
+from .index.backends import backend_for
+from .index.contract import IndexBusy, IndexCorrupt, Store, StoreError
+from .index.copies import OpenIndexes
+from .index.local_files import index_files
 from .kinds import registry
+from .retriever import (
+    QueryModel,
+    SearchError,
+    SearchOptions,
+    SearchResult,
+    SearchSource,
+    conclude,
+    search,
+    well_formed,
+)
 from .scanner import IgnoreRules, scan
-from .store import IndexBusy, IndexCorrupt, IndexStore, StoreError, index_files, writer_lock
-from .vector_cache import VectorCache, VectorDelta
 
 if TYPE_CHECKING:  # the indexer and the readers load when a run or a read needs them: a search does not
     from .indexer import IndexSummary, Progress
@@ -37,20 +53,12 @@ if TYPE_CHECKING:  # the indexer and the readers load when a run or a read needs
 log = logging.getLogger(__name__)
 
 
-# The derived copies beside each index: the module that builds and names one, and the class that opens it.
-DERIVED_COPIES = {"vector_cache": (vector_cache, VectorCache), "keyword_cache": (keyword_cache, KeywordCache)}
 LOW_COVERAGE = 0.5  # model_coverage of an index under this: status says the model cannot read most of it
 # `[[Note]]`, `[[Note#Heading]]`, `[[Note|shown text]]`: a note vault's link, which kb_read can follow.
 WIKILINK = re.compile(r"\[\[([^\]|#\n]+)(?:#([^\]|\n]*))?(?:\|[^\]\n]*)?\]\]")
-FORGOTTEN = ("forgotten",)  # a reader's identity once forget() was called: never an index's (backends.identity)
 HOST_FIELDS = ("root", "index_path")  # where an index and its folder are on this machine
 MAX_QUERY_CHARS = 8_000  # a long pasted traceback fits; a 20 MB query cost 58 s and 2.6 GB
 INLINE_REFRESH_BYTES = 256_000  # a changed file this small is re-indexed before its hit is returned
-# A shared index another machine changed: this machine's keyword copy is searched with the chunks
-# written since (KeywordDelta) while they are this few and the copy this young; past either, the
-# changes are merged into the copy first (~0.9 s at 100k chunks, so not before every search).
-KEYWORD_DELTA_CHUNKS = 2_000
-KEYWORD_DELTA_SECONDS = 60.0
 
 
 def _small_file(path: str) -> bool:
@@ -158,9 +166,7 @@ class KnowledgeBase:
         # What each model will be, known without loading it; an injected embedder must be asked.
         self._expected_identities: dict[embeddings.EmbeddingConfig, tuple[str, str]] = {}
         self._embedder_lock = threading.Lock()
-        self._copies: dict[tuple[str, Path], VectorCache | VectorDelta | KeywordCache] = {}  # open memory maps, reused while current
-        self._readers: dict[tuple[Path, int], tuple[tuple[int, int], IndexStore]] = {}
-        self._file_tables: dict[Path, FileTable] = {}  # filters.FileTable of each index searched with a filter
+        self.indexes = OpenIndexes(self.backend)  # read connections and copies kept between searches
         self.rerankers = reranker.Engines(hermes_home / "knowledgebase" / "models" / "openvino-cache", judge)
 
     def reconfigured(self, config: KnowledgebaseConfig) -> "KnowledgeBase":
@@ -318,41 +324,7 @@ class KnowledgeBase:
         """The index's local path: its SQLite file, or where this machine keeps a server index's copies."""
         return self.backend.index_path(directory)
 
-    def _reader(self, index_path: Path) -> IndexStore | None:
-        """A read connection kept open between searches (opening one costs ~1-2 ms, a tenth of a
-        search at 100k chunks); one per thread, reopened when the index was replaced or deleted."""
-        key = (index_path, threading.get_ident())
-        identity, store = self._readers.get(key, (None, None))
-        current = self.backend.identity(index_path, store)
-        if current != identity:
-            if store is not None:
-                store.close()
-            self._readers.pop(key, None)
-            if current is None:
-                return None
-            store = self.backend.open(index_path, create=False)
-            self._readers[key] = (current, store)
-        return store
-
-    def _copy(self, kind: str, index_path: Path, store: IndexStore) -> VectorCache | VectorDelta | KeywordCache | KeywordDelta | None:
-        """The memory-mapped copy of this index's vectors or terms if it matches the snapshot being read
-        (a large vector copy, or on a shared server a keyword copy, a few changes behind comes with
-        those changes)."""
-        module = DERIVED_COPIES[kind][0]
-        generation = store.generation()
-        if kind == "keyword_cache" and self.backend.shared:
-            return self._keywords_with_delta(index_path, store, generation)
-        copy = self._copies.get((kind, index_path))
-        if copy is not None and copy.generation == generation:
-            return copy
-        # The header alone says whether the file is current: a stale one is not mapped per search.
-        on_disk = module.read_generation(module.cache_path(index_path))
-        if on_disk != generation:
-            return self._vectors_with_delta(index_path, store, on_disk, generation) if kind == "vector_cache" else None
-        copy = self._mapped(kind, index_path, generation)
-        return copy if copy is not None and copy.generation == generation else None  # not one replaced meanwhile
-
-    def _refusal(self, directory: DirectoryConfig, store: IndexStore, indexed: embeddings.ModelIdentity | None) -> str | None:
+    def _refusal(self, directory: DirectoryConfig, store: Store, indexed: embeddings.ModelIdentity | None) -> str | None:
         """Why vector search is off for an index whose vectors are `indexed` (store.model_identity()), or None."""
         if indexed is None:
             return None
@@ -519,7 +491,7 @@ class KnowledgeBase:
             if culprit is None:
                 result.warnings.extend(fenced)
                 return result
-            self.forget(culprit[2])  # its snapshot is closed now; a fixed file gets a fresh connection
+            self.indexes.forget(culprit[2])  # its snapshot is closed now; a fixed file gets a fresh connection
             if directory is not None:
                 raise culprit[1]
             fenced.append(str(culprit[1]))
@@ -536,7 +508,7 @@ class KnowledgeBase:
     def _source(self, target: DirectoryConfig, stack: contextlib.ExitStack, directory: str | None, query: str,
                 models: dict[tuple[embeddings.EmbeddingConfig, str], QueryModel]) -> SearchSource | None:
         path = self.index_path(target)
-        store = self._reader(path)
+        store = self.indexes.reader(path)
         if store is None:
             if directory is not None:
                 raise KnowledgebaseError(f"{target.name} is not indexed yet; run `hermes kb index {directory}`.")
@@ -552,85 +524,11 @@ class KnowledgeBase:
             models[key] = self.query_model(query, target, key[1] or None)
         model = models[key]
         if self.backend.shared:
-            self._catch_up_keywords(path, store)
+            self.indexes.catch_up_keywords(path, store)
         stack.enter_context(store.snapshot())
-        return SearchSource(target.name, str(target.path), store, refusal, self._copy("vector_cache", path, store),
-                            self._copy("keyword_cache", path, store), lambda: self._file_table(path, store), model)
-
-    def _file_table(self, index_path: Path, store: IndexStore) -> FileTable:
-        """The index's files as filters judge them, read again only when the index changed."""
-        table = self._file_tables.get(index_path)
-        if table is None or table.generation != store.generation():
-            table = self._file_tables[index_path] = store.file_facets()
-        return table
-
-    def _keywords_with_delta(self, index_path: Path, store: IndexStore, generation: str) -> KeywordCache | KeywordDelta | None:
-        """This machine's keyword copy of a shared index, current or with the chunks written since it."""
-        on_disk = keyword_cache.read_generation(keyword_cache.cache_path(index_path))
-        if on_disk is None or not (on_disk == generation or derived_file.earlier_state(on_disk, generation)):
-            return None
-        copy = self._mapped("keyword_cache", index_path, on_disk)
-        if copy is None:
-            return None
-        if copy.generation == generation:
-            return copy
-        rows = store.terms_written_since(derived_file.counter(copy.generation), KEYWORD_DELTA_CHUNKS + 1)
-        gone = copy.count + len(rows) - store.chunk_total()  # every chunk written since has a new id
-        return KeywordDelta(copy, rows, gone, store.live_chunks) if len(rows) + gone <= KEYWORD_DELTA_CHUNKS else None
-
-    def _vectors_with_delta(self, index_path: Path, store: IndexStore, on_disk: str | None,
-                            generation: str) -> VectorDelta | None:
-        """The vector copy on disk of an earlier state, with the vectors of the chunks changed since, when
-        the index run kept it instead of rebuilding (vector_cache.delta_since); read once per state."""
-        if not derived_file.earlier_state(on_disk, generation):
-            return None
-        delta = self._copies.get(("vector_delta", index_path))
-        if delta is not None and delta.generation == generation and delta.copy.generation == on_disk:
-            return delta
-        copy = self._mapped("vector_cache", index_path, on_disk)
-        touched = None if copy is None else vector_cache.delta_since(store, copy.header, generation)  # of the copy mapped
-        if touched is None:
-            return None
-        delta = self._copies[("vector_delta", index_path)] = VectorDelta(copy, generation, touched,
-                                                                        store.vectors_for(touched.tolist()))
-        return delta
-
-    def _mapped(self, kind: str, index_path: Path, generation: str) -> VectorCache | KeywordCache | None:
-        """The copy of `kind` on disk, mapped once per state (its header said `generation`; the file
-        mapped may be newer, so callers compare its own)."""
-        module, opener = DERIVED_COPIES[kind]
-        copy = self._copies.get((kind, index_path))
-        if copy is None or copy.generation != generation:
-            try:
-                copy = opener(module.cache_path(index_path))
-            except (OSError, ValueError):
-                return None
-            self._copies[(kind, index_path)] = copy
-        return copy
-
-    def _catch_up_keywords(self, path: Path, store: IndexStore) -> None:
-        """A shared index another host wrote to: this machine's keyword copy is brought up to date
-        before searching (only what changed is merged in), so keyword scores stay BM25 over the whole
-        index, unless the changes are few and the copy young (then searched with them, see
-        KeywordDelta). Skipped while a process here holds the lock (an index run rebuilds it at its
-        end); the server's full-text index then finds the chunks, still scored by BM25."""
-        copy_path = keyword_cache.cache_path(path)
-        on_disk, generation = keyword_cache.read_generation(copy_path), store.generation()
-        if on_disk == generation:
-            return
-        with contextlib.suppress(OSError):
-            copy = self._mapped("keyword_cache", path, on_disk) if derived_file.earlier_state(on_disk, generation) else None
-            if copy is not None and time.time() - copy_path.stat().st_mtime < KEYWORD_DELTA_SECONDS:
-                written = store.count_written_since(derived_file.counter(on_disk))
-                if written + max(0, copy.count + written - store.chunk_total()) <= KEYWORD_DELTA_CHUNKS:
-                    return
-        try:
-            with writer_lock(path, wait=False):
-                keyword_cache.refresh(store)
-        except IndexBusy:
-            pass
-        except (OSError, ValueError) as exc:
-            log.warning("could not bring the keyword copy of %s up to date: %s", path.name, exc)
+        vectors, keywords = self.indexes.searched(path, store)
+        return SearchSource(target.name, str(target.path), store, refusal, vectors, keywords,
+                            lambda: self.indexes.file_table(path, store), model)
 
     @staticmethod
     def _damaged(sources: list[SearchSource]) -> tuple[str, IndexCorrupt, Path] | None:
@@ -643,19 +541,6 @@ class KnowledgeBase:
                     f"The index of {source.name} ({path}) is corrupt ({problems[0]}); it was left out. Run "
                     f"`hermes kb doctor {source.name} --repair` to rebuild it (your files are untouched)."), path
         return None
-
-    def forget(self, path: Path) -> None:
-        """Drop what this process keeps open of an index about to be cleared, repaired or found damaged.
-        This thread's reader is closed now; another thread's may be inside a search (closing it there
-        made that search report the index corrupt), so it is only marked, and that thread closes it on
-        its next search (`_reader`), even where a new file got the old one's inode number."""
-        for key in [key for key in self._readers if key[0] == path]:
-            if key[1] == threading.get_ident():
-                self._readers.pop(key)[1].close()
-            else:
-                self._readers[key] = (FORGOTTEN, self._readers[key][1])
-        for kind in (*DERIVED_COPIES, "vector_delta"):
-            self._copies.pop((kind, path), None)
 
     def read(self, path: str, start_line: int = 1, max_lines: int = 80, directory: str | None = None,
              part: int | None = None) -> ReadResult:
@@ -810,7 +695,7 @@ class KnowledgeBase:
                     f"mostly a script or language it never learned), so hybrid search leans on keywords. For "
                     f"multilingual vectors, set `embedding_model: multilingual` in this directory's entry of "
                     f"config.yaml (or for every directory), then `hermes kb index {directory.name} --full`.")
-            for kind, (module, _) in DERIVED_COPIES.items():
+            for kind, (module, _) in copies.DERIVED_COPIES.items():
                 row[kind], changes = module.serving_state(store)  # current, stale or corrupt
                 if changes is not None:  # a vector copy kept a few changes behind, searched with them
                     row[f"{kind}_changes"] = changes
@@ -866,7 +751,7 @@ class KnowledgeBase:
     def clear(self, target: str | None = None) -> list[str]:
         cleared = []
         for name, path in self.clear_targets(target):
-            self.forget(path)
+            self.indexes.forget(path)
             try:
                 # Refused, not queued: waiting let a run report "400 added" for an index deleted the moment
                 # it ended, with clear's "Cleared" printed before it.

@@ -126,7 +126,9 @@ def _mostly_utf8(sample: bytes) -> bool:
 
 
 def _detected_encoding(sample: bytes) -> str | None:
-    from charset_normalizer import from_bytes  # only files that are not UTF-8 pay for it
+    from charset_normalizer import (
+        from_bytes,  # only files that are not UTF-8 pay for it
+    )
 
     matches = from_bytes(sample)
     best = matches.best()

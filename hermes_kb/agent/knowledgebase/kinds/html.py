@@ -9,7 +9,6 @@ from html.parser import HTMLParser
 
 from .document import Document, decode_text
 
-
 _BOILERPLATE_TAGS = frozenset({"nav", "footer", "aside"})
 _BOILERPLATE_ROLES = frozenset({"navigation", "banner", "contentinfo", "search", "complementary"})
 # class/id words of site chrome in the generators docs come from (DocBook, Sphinx, MkDocs, Docusaurus,

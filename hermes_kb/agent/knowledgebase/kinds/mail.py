@@ -53,7 +53,9 @@ def _body(message: EmailMessage) -> str:
 def _attachments(message: EmailMessage) -> list[str]:
     """Each attachment named, with its text beneath when its kind is one this package reads (never
     another e-mail: a message nesting messages costs one level of parsing, not many)."""
-    from ..loaders import load  # an attachment is read as a file of its own kind, through the one door
+    from ..loaders import (
+        load,  # an attachment is read as a file of its own kind, through the one door
+    )
 
     sections = []
     for part in message.iter_attachments():

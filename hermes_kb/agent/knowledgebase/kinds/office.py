@@ -4,15 +4,22 @@ EbookLib); OpenDocument text and spreadsheets read with the standard library and
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Callable, Iterable, Iterator
-import io
 from io import BytesIO
 
 import defusedxml
 from defusedxml import ElementTree as defused_tree
 
-from .document import Document, LoadError, check_archive, decode_text, missing_extra, parts
+from .document import (
+    Document,
+    LoadError,
+    check_archive,
+    decode_text,
+    missing_extra,
+    parts,
+)
 from .html import html_document
 from .text import MAX_TABLE_ROWS, table_cell
 

@@ -1,7 +1,7 @@
 """The PostgreSQL + pgvector store: the SQLite store's contract, one schema per indexed directory.
 
 The team backend (`knowledgebase.store: {backend: postgres, url}`, opened by
-backends.PostgresBackend), run by the same contract tests as `store.IndexStore`.
+pg_backend.PostgresBackend), checked against contract.Store with `store.IndexStore`.
 The only module that speaks SQL to the server. Choices:
 
 - One schema per directory (`kb_<name>_<hash>`), so directories share a server
@@ -38,11 +38,23 @@ from urllib.parse import unquote, urlsplit
 
 import numpy as np
 
-from . import analysis, keyword_cache, vector_cache
-from .chunker import Chunk
-from .embeddings import ModelIdentity
-from .filters import FileMetadata, FileTable, pack_parts, pack_tags
-from .store import CHUNK_COLUMNS, SCHEMA_VERSION, VECTOR_IDS, WINDOW_BITS, ChunkRow, FileRefused, FileRow, IndexBusy, StoreCommon, StoreError
+from .. import analysis
+from ..chunker import Chunk
+from ..embeddings import ModelIdentity
+from ..filters import FileMetadata, FileTable, pack_parts, pack_tags
+from . import encoding
+from .bm25 import bm25
+from .common import CHUNK_COLUMNS, StoreCommon
+from .contract import (
+    SCHEMA_VERSION,
+    VECTOR_IDS,
+    ChunkRow,
+    FileRefused,
+    FileRow,
+    IndexBusy,
+    StoreError,
+)
+from .encoding import WINDOW_BITS
 
 SCHEMA_PATTERN = r"kb_[a-z0-9_]{1,40}_[0-9a-f]{10}"  # what schema_name makes, nothing else: never `public`
 SAFE_SEARCH_PATH = "pg_catalog, pg_temp"  # set on every connection (module docstring)
@@ -221,7 +233,7 @@ def foreign_owner(conn, schema: str) -> str | None:
 
 
 class PgIndexStore(StoreCommon):
-    """One directory's schema on a PostgreSQL server, with IndexStore's methods. Not shared across threads.
+    """One directory's schema on a PostgreSQL server, with the methods of contract.SharedStore. Not shared across threads.
 
     `path` is where this machine keeps its derived copies of the index (vector_cache, keyword_cache
     name their files after it), as beside a SQLite file: searches read them instead of the server.
@@ -391,7 +403,7 @@ class PgIndexStore(StoreCommon):
         if self.has_vector_table():
             chunk_ids = [row[0] for row in self.conn.execute(
                 f"SELECT id FROM {self._t('chunks')} WHERE file_id = ANY(%s)", (list(file_ids),)).fetchall()]
-            self.conn.execute(f"DELETE FROM {self._t('chunk_vec')} WHERE id = ANY(%s)", (vector_cache.all_vector_ids(chunk_ids),))
+            self.conn.execute(f"DELETE FROM {self._t('chunk_vec')} WHERE id = ANY(%s)", (encoding.all_vector_ids(chunk_ids),))
         self.conn.execute(f"DELETE FROM {self._t('chunks')} WHERE file_id = ANY(%s)", (list(file_ids),))
 
     def write_file(self, path: str, size: int, mtime_ns: int, content_hash: str, kind: str,
@@ -450,7 +462,7 @@ class PgIndexStore(StoreCommon):
         with self.conn.cursor() as cursor, cursor.copy(f"COPY {self._t('chunk_vec')}(id, embedding) FROM STDIN") as copy:
             for chunk_id, windows in vectors.items():
                 windows = np.atleast_2d(np.asarray(windows, dtype=np.float32))
-                for vector_id, window in zip(vector_cache.vector_ids(chunk_id, len(windows)), windows):
+                for vector_id, window in zip(encoding.vector_ids(chunk_id, len(windows)), windows):
                     copy.write_row((vector_id, _literal(window)))
 
     def _delete_paths(self, paths: list[str]) -> None:
@@ -474,10 +486,10 @@ class PgIndexStore(StoreCommon):
         # table, and a join on id ranges got a parallel scan for small lists (0.2 s at 177k rows).
         with self.conn.cursor(binary=True) as cursor:
             rows = cursor.execute(f"SELECT id, embedding FROM {self._t('chunk_vec')} WHERE id = ANY(%s)",
-                                  (vector_cache.all_vector_ids(chunk_ids),)).fetchall()
+                                  (encoding.all_vector_ids(chunk_ids),)).fetchall()
         if not rows:
             return {}
-        return vector_cache.group_by_chunk(*_unpack(rows))
+        return encoding.group_by_chunk(*_unpack(rows))
 
     def vector_count(self) -> int:
         return self.conn.execute(f"SELECT COUNT(*) FROM {self._t('chunk_vec')}").fetchone()[0] if self.has_vector_table() else 0
@@ -515,7 +527,7 @@ class PgIndexStore(StoreCommon):
         if not self.has_vector_table() or not np.any(query):
             return []
         if allowed is not None and len(allowed) <= EXACT_FILTERED_CHUNKS:
-            return vector_cache.exact_knn(self.vectors_for, query, k, allowed)
+            return encoding.exact_knn(self.vectors_for, query, k, allowed)
         dim, candidates = int(self.meta("dimension")), max(EF_SEARCH, 4 * k)
         only, arguments = "", [_literal(query), _literal(query), candidates, 4 * k]
         if allowed is not None:
@@ -532,7 +544,7 @@ class PgIndexStore(StoreCommon):
                 f"ORDER BY score DESC LIMIT %s", arguments).fetchall()
         if not rows:
             return []
-        return vector_cache.best_per_chunk(np.array([r[0] for r in rows], dtype=np.int64),
+        return encoding.best_per_chunk(np.array([r[0] for r in rows], dtype=np.int64),
                                            np.array([r[1] for r in rows], dtype=np.float64), k)
 
     # --- keywords: the BM25 copy is built from chunk_terms, as from SQLite's; searched here only
@@ -560,13 +572,13 @@ class PgIndexStore(StoreCommon):
         found = [row[0] for row in self.conn.execute(
             f"SELECT chunk_id FROM {self._t('chunk_terms')} WHERE hashes && %s::bigint[] {only}LIMIT %s", arguments).fetchall()]
         count, mean_tokens = self.conn.execute(f"SELECT COUNT(*), COALESCE(AVG(tokens), 0) FROM {self._t('chunk_terms')}").fetchone()
-        return keyword_cache.bm25(words, self.terms_of(found), dict(zip(words, self._most_frequent(per_word, frequencies))),
+        return bm25(words, self.terms_of(found), dict(zip(words, self._most_frequent(per_word, frequencies))),
                                   count, float(mean_tokens), k, languages)
 
     def keyword_phrase(self, literal: str, k: int) -> list[tuple[int, float]]:
         """Up to k chunks holding a term of each of the literal's words; unranked (the caller checks
         their text for the literal itself)."""
-        groups = [keyword_cache.query_hashes(group) for group in analysis.query_groups(literal, self.latin_languages())]
+        groups = [encoding.query_hashes(group) for group in analysis.query_groups(literal, self.latin_languages())]
         if not groups:
             return []
         where = " AND ".join("hashes && %s::bigint[]" for _ in groups)
@@ -587,7 +599,7 @@ class PgIndexStore(StoreCommon):
 
     def _word_frequencies(self, words: Sequence[str], languages: Sequence[str]) -> tuple[list[list[int]], dict[int, int]]:
         """(each word's term hashes, chunks holding each hash): one round trip for every term."""
-        per_word = [keyword_cache.query_hashes(analysis.query_terms(word, languages)) for word in words]
+        per_word = [encoding.query_hashes(analysis.query_terms(word, languages)) for word in words]
         return per_word, self._term_frequencies([h for hashes in per_word for h in hashes])
 
     @staticmethod
@@ -608,7 +620,7 @@ class PgIndexStore(StoreCommon):
             cursor.executemany(f"INSERT INTO {self._t('chunk_terms')}(chunk_id, tokens, terms, written, hashes) "
                                "VALUES (%s,%s,%s,%s,%s) ON CONFLICT(chunk_id) DO UPDATE SET tokens = excluded.tokens, "
                                "terms = excluded.terms, written = excluded.written, hashes = excluded.hashes",
-                               [(*row, written, keyword_cache.term_hashes(row[2])) for row in rows])
+                               [(*row, written, encoding.term_hashes(row[2])) for row in rows])
 
     def term_totals(self) -> tuple[int, int]:
         count, size = self.conn.execute(f"SELECT COUNT(*), COALESCE(SUM(length(terms)), 0) FROM {self._t('chunk_terms')}").fetchone()
@@ -702,7 +714,7 @@ class PgIndexStore(StoreCommon):
         drop_schema(self.conn, self.schema)
 
 
-# --- the server's catalogue: which indexes exist (backends.PostgresBackend asks) -----------------
+# --- the server's catalogue: which indexes exist (pg_backend.PostgresBackend asks) -----------------
 def schema_oid(conn, schema: str) -> int | None:
     """The schema's oid (a dropped and recreated index gets a new one); None when there is none."""
     row = conn.execute("SELECT oid FROM pg_namespace WHERE nspname = %s", (schema,)).fetchone()
@@ -774,8 +786,8 @@ def writer_lock(conn, schema: str, name: str, wait: bool = True, on_wait=None) -
 
 def _term_row(chunk_id: int, text_terms: list[str], heading_terms: list[str], written: int) -> tuple:
     """A chunk_terms row: packed records for BM25, their hashes for the GIN index."""
-    tokens, packed = keyword_cache.pack_terms(text_terms, heading_terms)
-    return chunk_id, tokens, packed, written, keyword_cache.term_hashes(packed)
+    tokens, packed = encoding.pack_terms(text_terms, heading_terms)
+    return chunk_id, tokens, packed, written, encoding.term_hashes(packed)
 
 
 def _literal(vector: np.ndarray) -> str:

@@ -20,41 +20,21 @@ allocate gigabytes; a damaged copy is refused like a stale one.
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import math
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import analysis, derived_file
+from .. import analysis
+from . import derived_file
+from .bm25 import K1, B, Languages, bm25, idf, query_counts
 from .derived_file import replacing, write_header
+from .encoding import TERM_RECORD, pack_terms, posting_count, term_hash
+from .encoding import keyword_copy_path as cache_path
 
 MAGIC = b"HERMESKBKEY2\n"  # 2: checksums
-K1, B = 1.2, 0.75  # FTS5's bm25() constants; no other pair won on both SciFact splits (benchmarks/tune_keyword.py)
-MIN_IDF = 1e-6  # FTS5 floors the IDF of words in more than half the rows here rather than going negative
-
-
-def idf(count, frequency):
-    """BM25's IDF, floored at MIN_IDF, for a count and document frequencies (scalars or arrays) that
-    may come from estimates: a frequency is bounded to [0, count] first, so an estimate past the
-    chunk count (sampled id windows over holes), a negative or a NaN one never reaches the log."""
-    count = float(count) if math.isfinite(float(count)) and count > 0 else 0.0
-    frequency = np.clip(np.nan_to_num(np.asarray(frequency, dtype=np.float64), nan=0.0), 0.0, count)
-    return np.maximum(np.log((count - frequency + 0.5) / (frequency + 0.5)), MIN_IDF)
-
-
 MAX_POSTINGS = 12_000_000  # ~150k chunks of prose; building holds ~50 bytes a posting, so above this FTS5 serves
-
-
-def _hash(term: str) -> int:
-    """A 64-bit name for a term: fixed-width keys search with numpy, and collisions are ~2^-64 a pair."""
-    return int.from_bytes(hashlib.blake2b(term.encode(), digest_size=8).digest(), "little")
-
-
-Languages = Sequence[str]  # the Latin-script stemmers an index's chunks were stemmed in (analysis.languages_of)
 
 
 def _distinct(values: np.ndarray) -> np.ndarray:
@@ -66,54 +46,16 @@ def _distinct(values: np.ndarray) -> np.ndarray:
 
 def _stems(text: str, languages: Languages) -> np.ndarray:
     """The distinct term hashes of `text` as a query (analysis.query_terms), sorted: how it is looked up."""
-    return np.array(sorted({_hash(t) for t in analysis.query_terms(text, languages)}), dtype=np.uint64)
-
-
-def _query_counts(query_words: Sequence[str], languages: Languages) -> Counter:
-    """Term hash -> how many query words have it. Words sharing a stem ("cell", "cells") count once
-    each, as FTS5 scores each OR-ed phrase; a word's alternative stems (one per language) once."""
-    return Counter(h for word in query_words for h in {_hash(t) for t in analysis.query_terms(word, languages)})
-
-
-# One packed record per distinct term of a chunk: records of all chunks concatenate into one array.
-_TERM_RECORD = np.dtype([("hash", "<u8"), ("count", "<u2")])
-
-
-def pack_terms(text_terms: Sequence[str], heading_terms: Sequence[str]) -> tuple[int, bytes]:
-    """(tokens in the chunk, packed term records) over both FTS columns, weighted 1 each as in FTS5."""
-    counts = Counter(text_terms)
-    counts.update(heading_terms)
-    records = np.empty(len(counts), dtype=_TERM_RECORD)
-    records["hash"] = np.fromiter((_hash(t) for t in counts), dtype=np.uint64, count=len(counts))
-    records["count"] = np.minimum(np.fromiter(counts.values(), dtype=np.int64, count=len(counts)), 65535)
-    return sum(counts.values()), records.tobytes()
-
-
-def term_hashes(packed: bytes) -> list[int]:
-    """The term hashes of packed records, as signed 64-bit integers (what PostgreSQL's bigint holds)."""
-    return np.frombuffer(packed, dtype=_TERM_RECORD)["hash"].astype(np.int64).tolist()
-
-
-def query_hashes(terms: Sequence[str]) -> list[int]:
-    """Terms' hashes as term_hashes writes them."""
-    return np.array([_hash(t) for t in terms], dtype=np.uint64).astype(np.int64).tolist()
+    return np.array(sorted({term_hash(t) for t in analysis.query_terms(text, languages)}), dtype=np.uint64)
 
 
 def chunk_terms(text: str, heading: str) -> tuple[int, bytes]:
     return pack_terms(*analysis.index_tokens(text, heading)[:2])
 
 
-def posting_count(packed_bytes: int) -> int:
-    return packed_bytes // _TERM_RECORD.itemsize
-
-
 def over_limit(store) -> bool:
     """True when the index has too many postings to sort in memory: FTS5 then serves keyword search."""
     return posting_count(store.term_totals()[1]) > MAX_POSTINGS
-
-
-def cache_path(index_path: Path) -> Path:
-    return Path(f"{index_path}.terms")
 
 
 def _places(count: int, terms: int, postings: int) -> tuple[derived_file.Places, int]:
@@ -144,7 +86,7 @@ def _collect(rows: Iterable[tuple[int, int, bytes]]) -> _Postings:
     ids = np.fromiter((row[0] for row in rows), dtype=np.int64, count=count)
     tokens = np.fromiter((row[1] for row in rows), dtype=np.float64, count=count)
     row_of = np.repeat(np.arange(count, dtype=np.int32), [posting_count(len(row[2])) for row in rows])
-    records = np.frombuffer(b"".join(row[2] for row in rows), dtype=_TERM_RECORD)
+    records = np.frombuffer(b"".join(row[2] for row in rows), dtype=TERM_RECORD)
     del rows
     order = np.argsort(records["hash"], kind="stable")  # ~40% faster than the default sort here
     return _Postings(ids, tokens, records["hash"][order], row_of[order], records["count"][order])
@@ -190,35 +132,13 @@ def _write(path: Path, generation: str, postings: _Postings) -> None:
                                      "postings": total}, places)
 
 
-def bm25(query_words: Sequence[str], rows: Sequence[tuple[int, int, bytes]], frequencies: dict[str, float],
-         count: int, mean_tokens: float, k: int, languages: Languages = (analysis.ENGLISH,)) -> list[tuple[int, float]]:
-    """(chunk id, bm25), best first, of the given chunks' term rows: the score a copy would give them,
-    from document frequencies counted elsewhere (`frequencies`, by query word)."""
-    times = _query_counts(query_words, languages)
-    wanted = np.array(sorted(times), dtype=np.uint64)
-    if not len(wanted) or not rows:
-        return []
-    df = {_hash(t): frequencies.get(word, 0.0) for word in query_words for t in analysis.query_terms(word, languages)}
-    weight = np.array([idf(count, df[h]) * times[h] for h in wanted.tolist()])
-    records = np.frombuffer(b"".join(row[2] for row in rows), dtype=_TERM_RECORD)
-    row_of = np.repeat(np.arange(len(rows)), [posting_count(len(row[2])) for row in rows])
-    held = np.isin(records["hash"], wanted)
-    term = np.searchsorted(wanted, records["hash"][held])
-    tf = records["count"][held].astype(np.float64)
-    relative = np.array([row[1] for row in rows], dtype=np.float64)[row_of[held]] / max(mean_tokens, 1e-9)
-    scores = np.bincount(row_of[held], weight[term] * tf * (K1 + 1) / (tf + K1 * (1 - B + B * relative)), minlength=len(rows))
-    ids = np.array([row[0] for row in rows], dtype=np.int64)
-    order = np.lexsort((ids, -scores))  # best first, ties by chunk id as FTS5 breaks them
-    return [(int(ids[i]), float(scores[i])) for i in order[:k] if scores[i] > 0]
-
-
 def build(path: Path, generation: str, rows: Iterable[tuple[int, int, bytes]]) -> None:
     """Write the inverted index from every chunk's (chunk id, tokens, packed term records), in chunk id order."""
     _write(path, generation, _collect(rows))
 
 
 def refresh(store) -> bool:
-    """Bring the copy of an open IndexStore up to date; True when it was rebuilt.
+    """Bring the copy of an open store (contract.Store) up to date; True when it was rebuilt.
 
     When the previous copy is of the same index, only chunks written since it was built are
     read and merged in (chunk_terms.written says which); otherwise every chunk's terms are
@@ -340,7 +260,7 @@ class KeywordCache:
             return []
         lists = []
         for group in groups:
-            positions, present = self._locate(np.array(sorted({_hash(t) for t in group}), dtype=np.uint64))
+            positions, present = self._locate(np.array(sorted({term_hash(t) for t in group}), dtype=np.uint64))
             if not present.any():
                 return []
             spans = [(int(self.offsets[p]), int(self.offsets[p + 1])) for p in positions[present]]
@@ -359,7 +279,7 @@ class KeywordCache:
                allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         """(chunk id, bm25), best first: the ranking FTS5 gives an OR of the same words; only among the
         chunk ids `allowed` (ascending) when a filter gives them."""
-        times = _query_counts(query_words, languages)
+        times = query_counts(query_words, languages)
         wanted = np.array(sorted(times), dtype=np.uint64)
         if not len(wanted) or not len(self.hashes) or k < 1:
             return []
@@ -426,9 +346,9 @@ class KeywordDelta:
         if held is None:
             return None
         held = [chunk_id for chunk_id, _ in self._alive([(chunk_id, 0.0) for chunk_id in held])]
-        groups = [{_hash(t) for t in group} for group in analysis.query_groups(text, languages)]
+        groups = [{term_hash(t) for t in group} for group in analysis.query_groups(text, languages)]
         held = held + [chunk_id for chunk_id, _, packed in self.rows
-                       if all(group & terms for terms in [set(np.frombuffer(packed, dtype=_TERM_RECORD)["hash"].tolist())]
+                       if all(group & terms for terms in [set(np.frombuffer(packed, dtype=TERM_RECORD)["hash"].tolist())]
                               for group in groups)]
         return held if len(held) <= limit else None
 

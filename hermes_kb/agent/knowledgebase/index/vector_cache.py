@@ -32,12 +32,14 @@ import contextlib
 import functools
 import os
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator
 
 import numpy as np
 
 from . import derived_file
 from .derived_file import replacing, write_header
+from .encoding import WINDOW_BITS, best_per_chunk, exact_knn, group_by_chunk
+from .encoding import vector_copy_path as cache_path
 
 MAGIC = b"HERMESKBVEC2\n"  # 2: checksums
 EXACT_SCAN_ROWS = 10_000  # up to this an exact product is ~2 ms; at 17k SciFact window vectors 4.3 ms vs 0.9 ms shortlisted, recall@10 1.000
@@ -47,49 +49,12 @@ HAMMING_BLOCK = 16_384  # rows per step of the Hamming pass: its working set (~0
 RESCORE_ROWS = 200  # shortlist rows re-scored in float32 after the int8 pass (at least 4k)
 MAPPED_FLOAT_BYTES = 256 << 20  # float matrices up to this are read through the mapping; larger ones with pread
 ALWAYS_CHECKED = ("ids", "sorted_ids", "sorted_rows", "mean", "scale", "codes")  # on every mapping: searches index with them
-WINDOW_BITS = 5  # a vector's id is chunk_id << 5 | window: at most 32 windows a chunk (chunker.MAX_WINDOWS)
 # A copy of at least DELTA_MIN_ROWS vectors is not rebuilt after a change touching at most DELTA_CHUNKS
 # chunks: searches take it with those chunks' vectors (VectorDelta). At 1M chunks a rebuild costs ~10 s
 # and meanwhile other processes' searches scan sqlite-vec (1.3 s a query); reading 2,000 recently written
 # chunks' vectors costs a reader 0.065 s once per index change. Below 50k vectors a rebuild costs < 0.5 s.
 DELTA_CHUNKS = 2_000
 DELTA_MIN_ROWS = 50_000
-
-
-def vector_ids(chunk_id: int, windows: int) -> list[int]:
-    return [(chunk_id << WINDOW_BITS) + window for window in range(windows)]
-
-
-def all_vector_ids(chunk_ids: Iterable[int]) -> list[int]:
-    """Every id a chunk's vectors may have: how a caller that does not know its window count asks for them."""
-    return [vector_id for chunk_id in chunk_ids for vector_id in vector_ids(chunk_id, 1 << WINDOW_BITS)]
-
-
-def best_per_chunk(ids: np.ndarray, scores: np.ndarray, k: int) -> list[tuple[int, float]]:
-    """(chunk id, its best window's score), best first: a chunk is as close as its closest window."""
-    order = np.argsort(-scores, kind="stable")
-    chunks = ids[order] >> WINDOW_BITS
-    _, first = np.unique(chunks, return_index=True)
-    first = np.sort(first)[:k]
-    return list(zip(chunks[first].tolist(), scores[order][first].tolist()))
-
-
-EXACT_BATCH_CHUNKS = 4_096  # chunks whose vectors are read at once when a filtered search compares exactly
-
-
-def exact_knn(vectors_for: Callable[[Sequence[int]], dict[int, np.ndarray]], query: np.ndarray, k: int,
-              allowed: np.ndarray) -> list[tuple[int, float]]:
-    """The k allowed chunks nearest the query, every one compared: a store's filtered search when no
-    current copy exists (its own KNN index cannot be limited to a set of chunks)."""
-    query = np.asarray(query, dtype=np.float32)
-    if not np.any(query) or k < 1:
-        return []
-    best: list[tuple[int, float]] = []
-    for begin in range(0, len(allowed), EXACT_BATCH_CHUNKS):
-        stored = vectors_for(allowed[begin:begin + EXACT_BATCH_CHUNKS].tolist())
-        best += [(chunk_id, float((windows @ query).max())) for chunk_id, windows in stored.items()]
-        best = sorted(best, key=lambda pair: (-pair[1], pair[0]))[:k]
-    return best
 
 
 def spans(begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
@@ -100,16 +65,6 @@ def spans(begins: np.ndarray, ends: np.ndarray) -> np.ndarray:
     return np.repeat(begins - np.cumsum(lengths) + lengths, lengths) + np.arange(int(lengths.sum()))
 
 
-def group_by_chunk(ids: np.ndarray, vectors: np.ndarray) -> dict[int, np.ndarray]:
-    """Rows of vectors gathered per chunk, in window order."""
-    if not len(ids):
-        return {}
-    order = np.argsort(ids, kind="stable")
-    chunks = ids[order] >> WINDOW_BITS
-    starts = np.flatnonzero(np.r_[True, chunks[1:] != chunks[:-1]])
-    return {int(chunks[a]): vectors[order[a:b]] for a, b in zip(starts, [*starts[1:], len(chunks)])}
-
-
 @functools.lru_cache(maxsize=1)
 def _blas():
     """One BLAS thread for our products: OpenBLAS workers spin after a call and starve onnxruntime,
@@ -117,10 +72,6 @@ def _blas():
     from threadpoolctl import ThreadpoolController
 
     return ThreadpoolController()
-
-
-def cache_path(index_path: Path) -> Path:
-    return Path(f"{index_path}.vectors")
 
 
 def _words(dim: int) -> int:
@@ -209,7 +160,7 @@ def _read_blocks(reader, start: int, count: int, dim: int, rows: int = 8192) -> 
 
 
 def refresh(store) -> bool:
-    """Rebuild the cache of an open IndexStore whose content moved on; True when it was rebuilt.
+    """Rebuild the cache of an open store (contract.Store) whose content moved on; True when it was rebuilt.
 
     The caller holds the writer lock, so nothing changes underneath; the snapshot is belt and braces.
     """

@@ -1,4 +1,4 @@
-"""The only module that speaks SQL: one SQLite file per indexed directory.
+"""SQLite's store (contract.Store): one SQLite file per indexed directory.
 
 Each file's rows change in one transaction, so a crash leaves every file
 either fully old or fully new. FTS rows follow `chunks` through triggers;
@@ -9,37 +9,33 @@ embedding dimension is known.
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import functools
 import itertools
 import json
 import logging
-import os
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator, NamedTuple, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 
-from . import analysis, derived_file, keyword_cache, vector_cache
-from .chunker import Chunk
-from .embeddings import ModelIdentity
-from .filters import FileMetadata, FileTable, pack_parts, pack_tags, unpack_parts
+from .. import analysis
+from ..chunker import Chunk
+from ..embeddings import ModelIdentity
+from ..filters import FileMetadata, FileTable, pack_parts, pack_tags
+from . import derived_file, encoding
+from .common import CHUNK_COLUMNS, StoreCommon
+from .contract import SCHEMA_VERSION, VECTOR_IDS, ChunkRow, FileRow, StoreError, explain
+from .encoding import WINDOW_BITS
+from .local_files import guarded as guarded_files
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = 2  # 2: chunks_fts and chunk_terms hold analysis.py's terms (an older index is re-analysed)
 FTS_TABLE = ("CREATE VIRTUAL TABLE chunks_fts USING fts5(text, heading, content='', contentless_delete=1, "
              "tokenize='ascii')")
 VEC_MAX_K = 4096  # sqlite-vec refuses larger k
-MAX_COSINE_BASELINE = 0.9  # a recorded baseline above this is damage, not a model: vector scores keep a range
-WINDOW_BITS = vector_cache.WINDOW_BITS
 WINDOW_SLOTS = 1 << WINDOW_BITS
-VECTOR_IDS = f"chunk<<{WINDOW_BITS}|window"  # recorded in meta: how chunk_vec rowids name a chunk's windows
 DF_SAMPLE_WINDOWS, DF_SAMPLE_ROWS = 4, 1000  # where document frequencies are estimated
-REANALYSE_BATCH = 1_000  # chunks whose texts a re-analysis reads at once: the texts of 1M chunks are GBs
 DF_REMEMBERED = 10_000  # terms whose estimates a reader keeps until the index changes
 # Columns of `files` added since schema 2, each given to an older index when it is opened.
 FACET_COLUMNS = (("tags", "TEXT NOT NULL DEFAULT ''"), ("dated", "REAL"), ("recognised", "TEXT NOT NULL DEFAULT ''"))
@@ -105,63 +101,9 @@ VECTOR_LOG_TRIGGERS = {
 }
 
 
-class StoreError(RuntimeError):
-    """The index file cannot be used; the message says which file and why."""
-
-
-class IndexCorrupt(StoreError):
-    """SQLite found the file damaged; `hermes kb doctor --repair` rebuilds it from the folder."""
-
-
-class DiskFull(StoreError):
-    """A write ran out of space; SQLite rolled it back, so the index is as it was."""
-
-
-class FileRefused(StoreError):
-    """The store would not take this one file's rows (rolled back): that file is skipped, the run goes on."""
-
-
-# What SQLite's message says -> (error class, sentence). The sentence gets the directory name and path.
-_FAULTS: tuple[tuple[tuple[str, ...], type[StoreError], str], ...] = (
-    (("disk is full", "no space left"), DiskFull,
-     "The disk holding the index of {name} ({path}) is full; nothing indexed was lost. Free some space, then run "
-     "`hermes kb index {name}` again."),
-    (("malformed", "not a database", "blob read error", "corrupt", "file is encrypted"), IndexCorrupt,
-     "The index of {name} ({path}) is corrupt; run `hermes kb doctor {name} --repair` to rebuild it (your files are "
-     "untouched)."),
-    (("readonly", "read-only", "unable to open", "permission denied", "access permission"), StoreError,
-     "Cannot use the index of {name} at {path} ({detail}); check that the folder is writable."),
-    (("locked", "busy"), StoreError,
-     "The index of {name} is busy in another process ({detail}); try again in a moment."),
-)
-_DISK_ERRNOS = {errno.ENOSPC: "no space left", errno.EDQUOT: "no space left", errno.EROFS: "read-only",
-                errno.EACCES: "permission denied", errno.EPERM: "permission denied"}
-
-
-def explain(exc: BaseException, path: Path, name: str) -> StoreError:
-    """A SQLite or file-system failure on one index as the one sentence the user sees."""
-    detail = str(exc) if not isinstance(exc, OSError) else _DISK_ERRNOS.get(exc.errno, exc.strerror or str(exc))
-    lowered = detail.lower()
-    for needles, kind, sentence in _FAULTS:
-        if any(needle in lowered for needle in needles):
-            return kind(sentence.format(name=name, path=path, detail=detail))
-    where = f" ({exc.filename})" if isinstance(exc, OSError) and exc.filename else ""
-    return StoreError(f"The index of {name} ({path}) failed: {detail}{where}.")
-
-
-@contextlib.contextmanager
-def guarded(path: Path, name: str) -> Iterator[None]:
-    """Turn SQLite and disk errors raised inside into StoreError naming this index (its subclasses tell
-    corruption and a full disk apart), so a caller can fence off one bad index and go on with the rest."""
-    module, _ = sqlite_driver()
-    try:
-        yield
-    except StoreError:
-        raise
-    except module.DatabaseError as exc:
-        raise explain(exc, path, name) from None
-    except OSError as exc:  # the index's own files: its folder, the lock, the caches (documents are read elsewhere)
-        raise explain(exc, path, name) from None
+def guarded(path: Path, name: str):
+    """SQLite's failures and disk errors raised inside as StoreError naming this index (local_files.guarded)."""
+    return guarded_files(path, name, (sqlite_driver()[0].DatabaseError,))
 
 
 @functools.lru_cache(maxsize=1)
@@ -190,46 +132,6 @@ def driver_description() -> str:
     return f"{name}, SQLite {module.sqlite_version}"
 
 
-class FileRow(NamedTuple):
-    """A file as the index last saw it. A tuple, not a frozen dataclass: a no-change rescan builds one
-    per file, and a frozen dataclass's __init__ cost 20 ms of the 0.5 s for 10,000 files."""
-
-    id: int
-    path: str
-    size: int
-    mtime_ns: int
-    content_hash: str
-    kind: str
-    chunk_count: int
-    indexed_at: float
-    error: str | None
-
-
-@dataclass(frozen=True)
-class ChunkRow:
-    id: int
-    path: str
-    kind: str
-    ord: int
-    text: str
-    start_line: int
-    end_line: int
-    page: int | None
-    heading: str
-    content_hash: str
-    file_size: int
-    file_mtime_ns: int
-    file_recognised: str  # filters.pack_parts of the pages OCR read
-
-    @property
-    def recognised(self) -> bool:
-        """Whether OCR made this chunk's text (it may carry recognition errors)."""
-        return self.kind == "image" or (self.page is not None and self.page in unpack_parts(self.file_recognised))
-
-
-CHUNK_COLUMNS = ("c.id, f.path, f.kind, c.ord, c.text, c.start_line, c.end_line, c.page, c.heading, c.content_hash, "
-                 "f.size, f.mtime_ns, f.recognised")
-
 
 def fts_query(words: Sequence[str], languages: Sequence[str] = (analysis.ENGLISH,)) -> str | None:
     """Every term of the query words (analysis.query_terms) quoted and OR-ed: user punctuation, AND,
@@ -249,113 +151,6 @@ def fts_phrase(literal: str, languages: Sequence[str] = (analysis.ENGLISH,)) -> 
 def _blob(vector: np.ndarray) -> bytes:
     return np.asarray(vector, dtype=np.float32).tobytes()
 
-
-class StoreCommon:
-    """What both stores (SQLite here, PostgreSQL in pg_store) do the same way on top of their own SQL:
-    each supplies conn, path, _t (a table's qualified name), meta, all_meta, set_meta, has_vector_table, transaction,
-    _bump_generation, _insert_vectors and _delete_paths."""
-
-    def _chunk_texts(self, placeholder: str) -> Iterator[list[tuple[int, str, str]]]:
-        """(id, text, heading) of every chunk, REANALYSE_BATCH at a time in id order (`placeholder`:
-        the driver's parameter mark), never all of them in memory at once."""
-        after = -1
-        while rows := self.conn.execute(f"SELECT id, text, heading FROM {self._t('chunks')} WHERE id > {placeholder} "
-                                        f"ORDER BY id LIMIT {REANALYSE_BATCH}", (after,)).fetchall():
-            yield rows
-            after = rows[-1][0]
-
-    def close(self) -> None:
-        self.conn.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
-
-    def reembed_pending(self) -> bool:
-        return self.meta("reembed_pending") == "1"
-
-    def model_identity(self) -> ModelIdentity | None:
-        meta = self.all_meta()
-        if "model_id" not in meta:
-            return None
-        try:
-            return ModelIdentity(meta["model_id"], meta.get("model_variant", ""), int(meta.get("dimension", "")))
-        except ValueError:
-            raise IndexCorrupt(f"The index {self.path} records no usable vector dimension "
-                               f"({meta.get('dimension')!r}); run `hermes kb doctor --repair` to rebuild it.") from None
-
-    def has_window_vectors(self) -> bool:
-        """False for vectors written before chunks had windows (rowid = chunk id): they must be rebuilt."""
-        return not self.has_vector_table() or self.meta("vector_ids") == VECTOR_IDS
-
-    def drop_vectors(self) -> None:
-        """Forget every vector and the pinned model (a model change means re-embedding all)."""
-        with self.transaction():
-            generation = self._bump_generation()
-            self.conn.execute(f"DROP TABLE IF EXISTS {self._t('chunk_vec')}")
-            self.conn.execute(f"DELETE FROM {self._t('meta')} WHERE key IN ('model_id', 'model_variant', 'dimension', 'vector_ids')")
-            # The journal entry of the re-embed this starts: cleared only by a run that finished it, so a
-            # run cut short (SIGKILL, disk full) is finished by the next one, not taken as done.
-            # No vector copy of an earlier state may serve with a delta (SQLite's vector log; PostgreSQL
-            # keeps none): its vectors are another model's.
-            self.set_meta(reembed_pending=1, vectors_logged_since=generation)
-
-    def add_vectors(self, vectors: dict[int, np.ndarray]) -> None:
-        """Window vectors for chunks written earlier without them (keyword-first indexing), atomically."""
-        with self.transaction():
-            self._bump_generation()
-            self._insert_vectors(vectors)
-
-    def delete_files(self, paths: Iterable[str]) -> int:
-        """Forget these files (relative paths), their chunks, terms and vectors, in one transaction."""
-        paths = list(paths)
-        if not paths:
-            return 0
-        with self.transaction():
-            self._bump_generation()
-            self._delete_paths(paths)
-        return len(paths)
-
-    def _check_schema(self, where: str) -> None:
-        """On opening: refuse an index a newer version wrote; re-analyse one an older analyzer wrote."""
-        written = int(self.meta("schema_version") or SCHEMA_VERSION)
-        if written > SCHEMA_VERSION:
-            raise StoreError(f"The index of {where} was written by a newer hermes-knowledgebase (schema {written}; "
-                             f"this one reads {SCHEMA_VERSION}); upgrade hermes-knowledgebase to use it.")
-        if self.meta("analyzer") != analysis.ANALYZER:
-            self.reanalyse()
-
-    def code_share(self) -> float:
-        """The share of this index's chunks that are program source (meta `code_share`, set by index runs)."""
-        return self._fraction("code_share")
-
-    def cosine_baseline(self) -> float:
-        """The cosine this index's model gives two unrelated texts (meta `cosine_baseline`, set by index
-        runs: embeddings.cosine_baseline; 0 before one has measured it): what vector scores start from."""
-        return min(self._fraction("cosine_baseline"), MAX_COSINE_BASELINE)
-
-    def _fraction(self, key: str) -> float:
-        try:
-            return min(1.0, max(0.0, float(self.meta(key) or 0.0)))
-        except ValueError:
-            return 0.0
-
-    def latin_languages(self) -> tuple[str, ...]:
-        """The stemmers this index's Latin-script words were stemmed with: a query is stemmed in each."""
-        return analysis.languages_of(self.meta("languages"))
-
-    def _record_languages(self, used: Iterable[str]) -> None:
-        """Inside a writing transaction: add languages its chunks were stemmed in (never removed: an
-        extra language only adds a query alternative)."""
-        known = set((self.meta("languages") or "").split(",")) - {""}
-        if not set(used) <= known:
-            self.set_meta(languages=",".join(sorted(known | set(used))))
-
-    def local_bytes(self) -> int:
-        """What this machine keeps of the index on disk: the file and its companions (the copies)."""
-        return sum(p.stat().st_size for p in companion_paths(self.path) if p.exists())
 
 
 class IndexStore(StoreCommon):
@@ -449,7 +244,7 @@ class IndexStore(StoreCommon):
                 self.conn.executemany("INSERT INTO chunks_fts(rowid, text, heading) VALUES (?, ?, ?)",
                                       [(chunk_id, " ".join(t), " ".join(h)) for chunk_id, t, h, _ in batch])
                 self.conn.executemany("INSERT INTO chunk_terms(chunk_id, tokens, terms, written) VALUES (?, ?, ?, ?)",
-                                      [(chunk_id, *keyword_cache.pack_terms(t, h), generation) for chunk_id, t, h, _ in batch])
+                                      [(chunk_id, *encoding.pack_terms(t, h), generation) for chunk_id, t, h, _ in batch])
                 used.update(latin for *_, latin in batch)
                 done += len(batch)
             self._record_languages(used)
@@ -588,7 +383,7 @@ class IndexStore(StoreCommon):
                 self.conn.execute("INSERT INTO chunks_fts(rowid, text, heading) VALUES (?, ?, ?)",
                                   (chunk_id, " ".join(text_terms), " ".join(heading_terms)))
                 self.conn.execute("INSERT INTO chunk_terms(chunk_id, tokens, terms, written) VALUES (?, ?, ?, ?)",
-                                  (chunk_id, *keyword_cache.pack_terms(text_terms, heading_terms), generation))
+                                  (chunk_id, *encoding.pack_terms(text_terms, heading_terms), generation))
             if vectors is not None:
                 self._insert_vectors({chunk_id: windows for chunk_id, windows in zip(ids, vectors) if windows is not None})
             self._record_languages(used)
@@ -599,7 +394,7 @@ class IndexStore(StoreCommon):
         for chunk_id, windows in vectors.items():
             windows = np.atleast_2d(windows)
             self.conn.executemany("INSERT INTO chunk_vec(rowid, embedding) VALUES (?, ?)",
-                                  zip(vector_cache.vector_ids(chunk_id, len(windows)), map(_blob, windows)))
+                                  zip(encoding.vector_ids(chunk_id, len(windows)), map(_blob, windows)))
 
     def vectors_touched_since(self, counter: int, limit: int) -> list[int] | None:
         """Ids (ascending) of the chunks whose vectors were written or deleted after change `counter`
@@ -661,7 +456,7 @@ class IndexStore(StoreCommon):
         dim = int(self.meta("dimension") or 0)
         located: list[tuple[int, int, int]] = []  # (vector id, storage chunk, row in it)
         for begin in range(0, len(chunk_ids), 250):  # 32 ids a chunk: 8,000 parameters a statement
-            wanted = vector_cache.all_vector_ids(chunk_ids[begin:begin + 250])
+            wanted = encoding.all_vector_ids(chunk_ids[begin:begin + 250])
             located += self.conn.execute(f"SELECT rowid, chunk_id, chunk_offset FROM chunk_vec_rowids WHERE rowid IN "
                                          f"({','.join('?' * len(wanted))})", wanted).fetchall()
         located.sort(key=lambda row: (row[1], row[2]))
@@ -677,7 +472,7 @@ class IndexStore(StoreCommon):
             blocks.append(stored.reshape(-1, dim)[offsets])
         if not ids:
             return {}
-        return vector_cache.group_by_chunk(np.array(ids, dtype=np.int64), np.concatenate(blocks))
+        return encoding.group_by_chunk(np.array(ids, dtype=np.int64), np.concatenate(blocks))
 
     def vector_count(self) -> int:
         return self.conn.execute("SELECT COUNT(*) FROM chunk_vec").fetchone()[0] if self.has_vector_table() else 0
@@ -708,7 +503,7 @@ class IndexStore(StoreCommon):
         ids), those chunks' vectors are compared exactly: this runs only while no current vector copy
         exists, and sqlite-vec's KNN cannot be limited to a set of chunks."""
         if allowed is not None:
-            return vector_cache.exact_knn(self.vectors_for, query, k, allowed)
+            return encoding.exact_knn(self.vectors_for, query, k, allowed)
         rows = self.conn.execute("SELECT rowid, distance FROM chunk_vec WHERE embedding MATCH ? AND k = ?",
                                  (_blob(query), min(4 * k, VEC_MAX_K)))
         # A zero query vector has no cosine distance (NULL); it matches nothing.
@@ -716,7 +511,7 @@ class IndexStore(StoreCommon):
         if not found:
             return []
         ids, scores = zip(*found)
-        return vector_cache.best_per_chunk(np.array(ids, dtype=np.int64), np.array(scores), k)
+        return encoding.best_per_chunk(np.array(ids, dtype=np.int64), np.array(scores), k)
 
     # --- keywords -----------------------------------------------------------------------
     def keyword(self, terms: Sequence[str], k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
@@ -884,50 +679,3 @@ class IndexStore(StoreCommon):
             if self.has_vector_table() else set()
         rows = self.conn.execute("SELECT c.id, f.path FROM chunks c JOIN files f ON f.id = c.file_id")
         return {path for chunk_id, path in rows if chunk_id not in have}
-
-
-def companion_paths(path: Path) -> tuple[Path, ...]:
-    """The index file and everything that lives and dies with it (the lock file excepted)."""
-    return path, Path(f"{path}-wal"), Path(f"{path}-shm"), vector_cache.cache_path(path), keyword_cache.cache_path(path)
-
-
-def index_files(path: Path) -> tuple[Path, ...]:
-    """Every file an index keeps beside itself, the lock included: never indexed as content, whatever
-    the index file is called (a scan skips *.sqlite* by name only)."""
-    return (*companion_paths(path), Path(f"{path}.lock"))
-
-
-class IndexBusy(RuntimeError):
-    """Another process holds the writer lock and the caller chose not to wait."""
-
-
-@contextlib.contextmanager
-def writer_lock(index_path: Path, on_wait=None, wait: bool = True) -> Iterator[None]:
-    """One writer per index across processes; the kernel drops the lock if its holder dies."""
-    index_path.parent.mkdir(parents=True, exist_ok=True)
-    with open(f"{index_path}.lock", "a+") as handle:
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            if not wait:
-                raise IndexBusy(f"{index_path} is being indexed by another process.") from None
-            if on_wait:
-                on_wait()
-            fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def remove_index(path: Path) -> bool:
-    """Delete an index file, its companions and leftovers of killed cache builds; True when something was removed.
-
-    The lock file stays: another process may be waiting on it.
-    """
-    removed = False
-    for candidate in (*companion_paths(path), *vector_cache.leftovers(path), *keyword_cache.leftovers(path)):
-        with contextlib.suppress(FileNotFoundError):
-            os.remove(candidate)
-            removed = True
-    return removed
