@@ -39,7 +39,7 @@ def gather(kb: KnowledgeBase, queries: dict[str, str], pool_k: int) -> dict[str,
     gathered = {}
     for query_id, text in queries.items():
         asked = replace(source, model=kb.query_model(text, directory))
-        candidates = retriever._gather([asked], text, analysis.query_words(text), options, SearchResult(), {})
+        candidates = retriever._gather([asked], analysis.AnalysedQuery(text), options, SearchResult(), {})
         paths = {i: row.path for i, row in store.chunks([c.chunk_id for c in candidates]).items()}
         gathered[query_id] = [(paths[c.chunk_id], c) for c in candidates]
     return gathered

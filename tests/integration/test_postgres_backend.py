@@ -208,7 +208,7 @@ def test_keyword_search_without_a_copy_scores_bm25_on_the_server(tree, tmp_path,
     kb.indexes.forget(kb.index_path(kb.config.directories[0]))
     served = []
     original = PgIndexStore.keyword
-    monkeypatch.setattr(PgIndexStore, "keyword", lambda self, terms, k, allowed=None: served.append(terms) or original(self, terms, k, allowed))
+    monkeypatch.setattr(PgIndexStore, "keyword", lambda self, terms, k, allowed=None, query=None: served.append(terms) or original(self, terms, k, allowed, query))
     for query in queries:
         assert ranking(kb, query, "keyword") == with_copy[query], query
     assert len(served) == len(queries)

@@ -3,6 +3,7 @@ and index-side and query-side analysis agreeing on any text, in the keyword copy
 
 from __future__ import annotations
 
+import collections
 import unicodedata
 
 import pytest
@@ -186,3 +187,30 @@ def test_a_chinese_question_s_answer_holds_most_of_its_keyword_evidence(tree, ma
     kb.index()
     hits = kb.search("迁移失败了怎么回滚？", mode="keyword").hits
     assert hits[0].path == "deploy.md" and hits[0].score >= 0.5
+
+
+@pytest.mark.parametrize("keyword_copies", [True, False], ids=["copies", "stores"])
+def test_a_search_analyses_its_query_once_for_every_keyword_path_of_every_index(tree, tmp_path, make_kb,
+                                                                                monkeypatch, keyword_copies):
+    """Two indexes, a hybrid search with a literal: the keyword pass, the keyword scale, the literal
+    check and FTS5 (when no copy is current) all read one analysis of each word."""
+    from hermes_kb.agent.knowledgebase import analysis as analysis_module
+    from hermes_kb.agent.knowledgebase.index import keyword_cache
+
+    first = tree({"a.md": "# Deploy\n\nThe canary release goes out on Tuesday.\n"}, tmp_path / "one")
+    second = tree({"b.md": "# Rollback\n\nA canary that fails is rolled back.\n"}, tmp_path / "two")
+    kb = make_kb(first, second)
+    kb.index()
+    if not keyword_copies:
+        for directory in kb.config.directories:
+            keyword_cache.cache_path(kb.index_path(directory)).unlink()
+    analysed = collections.Counter()
+    real = analysis_module.query_terms
+
+    def counted(word, languages=(analysis_module.ENGLISH,)):
+        analysed[(word, tuple(languages))] += 1
+        return real(word, languages)
+    monkeypatch.setattr(analysis_module, "query_terms", counted)
+    result = kb.search('canary "release goes out" tuesday', k=5)
+    assert result.hits and analysed
+    assert max(analysed.values()) == 1, analysed

@@ -103,7 +103,7 @@ def test_the_exact_pass_finds_the_same_chunks_with_or_without_the_phrase_query(t
     phrases = []
     original = store.IndexStore.keyword_phrase
     monkeypatch.setattr(store.IndexStore, "keyword_phrase",
-                        lambda self, literal, k: phrases.append(literal) or original(self, literal, k))
+                        lambda self, literal, k, query=None: phrases.append(literal) or original(self, literal, k, query))
     query = f"restart the {word} release train"
     quoted = f'"{word} release" restart'
 
@@ -114,7 +114,7 @@ def test_the_exact_pass_finds_the_same_chunks_with_or_without_the_phrase_query(t
     # With a rare word the keyword copy shows which chunks hold the words: no phrase query at all.
     assert phrases == ([f"{word} release"] if common else [])
     phrases.clear()
-    monkeypatch.setattr(KeywordCache, "holders_of_all_terms", lambda *_: None)  # as if every term were common
+    monkeypatch.setattr(KeywordCache, "holders_of_all_terms", lambda *_, **__: None)  # as if every term were common
     assert exact(query) == ["yes.md"] and phrases == []  # the whole query: the ranked chunks' text
     assert exact(quoted) == ["yes.md"] and phrases == [f"{word} release"]  # a quoted phrase: FTS5
 

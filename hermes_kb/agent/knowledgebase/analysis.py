@@ -231,6 +231,42 @@ def _ideographic_stopwords() -> regex.Pattern:
     return regex.compile("|".join(map(regex.escape, words))) if words else regex.compile(r"(?!)")
 
 
+class AnalysedQuery:
+    """One search's query, analysed once by this module's analyzer (the one indexing uses) and handed to
+    every keyword path: the keyword copy, FTS5, PostgreSQL's term index, the keyword scale and the
+    check of literals all ask it for a word's terms instead of analysing the word again. Indexes may
+    have stemmed their chunks in different languages, so terms are kept per set of languages."""
+
+    def __init__(self, text: str, known_languages: Iterable[str] = ()):
+        self.text = text
+        self.language = query_language(text, known_languages)
+        self.words = query_words(text, self.language)
+        self._terms: dict[tuple[str, tuple[str, ...]], list[str]] = {}
+        self._groups: dict[tuple[str, tuple[str, ...]], list[list[str]]] = {}
+
+    def terms(self, word: str, languages: Iterable[str]) -> list[str]:
+        key = (word, tuple(languages))
+        if key not in self._terms:
+            self._terms[key] = query_terms(word, key[1])
+        return self._terms[key]
+
+    def groups(self, text: str, languages: Iterable[str]) -> list[list[str]]:
+        key = (text, tuple(languages))
+        if key not in self._groups:
+            self._groups[key] = query_groups(text, key[1])
+        return self._groups[key]
+
+
+def terms_of(word: str, languages: Iterable[str], query: AnalysedQuery | None = None) -> list[str]:
+    """A query word's terms: from the search's analysed query when there is one (a store or copy asked
+    directly, as tests and tools do, analyses the word itself)."""
+    return query.terms(word, languages) if query is not None else query_terms(word, languages)
+
+
+def groups_of(text: str, languages: Iterable[str], query: AnalysedQuery | None = None) -> list[list[str]]:
+    return query.groups(text, languages) if query is not None else query_groups(text, languages)
+
+
 def query_words(text: str, latin: str = ENGLISH) -> list[str]:
     """What a query asks about, as distinct surface words: its words less the stopwords of each word's
     language (its script's where the script names one, Cyrillic: Russian; else `latin`, the query's

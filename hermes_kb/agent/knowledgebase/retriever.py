@@ -25,7 +25,7 @@ from .chunker import estimate_tokens
 from .citations import part_label
 from .filters import FileTable, SearchFilter
 from .index.bm25 import idf
-from .index.contract import Store
+from .index.contract import KeywordIndex, Store
 from .index.keyword_cache import KeywordCache, KeywordDelta
 from .index.store_keywords import StoreKeywords
 from .index.vector_cache import VectorCache, VectorDelta
@@ -116,7 +116,7 @@ class SearchSource:
         """What its vectors are searched in: the copy when current, else the store's own index."""
         return self.vectors or self.store
 
-    def keyword_index(self, row_budget: int | None = None) -> KeywordCache | KeywordDelta | StoreKeywords:
+    def keyword_index(self, row_budget: int | None = None) -> KeywordIndex:
         """What its keywords are searched in, likewise (the same calls either way)."""
         return self.keywords or StoreKeywords(self.store, row_budget)
 
@@ -288,7 +288,7 @@ def _holds(text: str, literal: str) -> bool:
     return literal in text if literal != literal.lower() else literal in text.lower()
 
 
-def keyword_scale(source: SearchSource, terms: Sequence[str]) -> float:
+def keyword_scale(source: SearchSource, terms: Sequence[str], query: analysis.AnalysedQuery | None = None) -> float:
     """The bm25 a chunk of average length holding each query word once would get in this index.
 
     Dividing by it (or by the best bm25 found, when higher) makes keyword scores mean the same in
@@ -296,20 +296,20 @@ def keyword_scale(source: SearchSource, terms: Sequence[str]) -> float:
     gave every index's best hit 1.0, however little of the query it matched, so the noise of one
     index outranked the answers of another and weak keyword matches pulled good vector hits down.
     """
-    units = evidence_units(terms, source.languages)
+    units = evidence_units(terms, source.languages, query)
     keywords = source.keyword_index()
-    count, frequencies = keywords.count, keywords.document_frequencies(units, source.languages)
+    count, frequencies = keywords.count, keywords.document_frequencies(units, source.languages, query)
     return float(np.sum(idf(count, frequencies))) if len(frequencies) else 0.0
 
 
-def evidence_units(terms: Sequence[str], languages: Sequence[str]) -> list[str]:
+def evidence_units(terms: Sequence[str], languages: Sequence[str], query: analysis.AnalysedQuery | None = None) -> list[str]:
     """The query's words as bm25 scores them: a word whose script is written without spaces (a run
     of Han or Thai text) is as many pieces of evidence as it has distinct bigrams, each with its own
     IDF. Counting the run as one word with its commonest bigram's IDF made a chunk sharing only "怎么"
     ("how") with a Chinese question a full keyword match, and the chat hook injected it."""
     units: list[str] = []
     for word in terms:
-        groups = analysis.query_groups(word, languages)
+        groups = analysis.groups_of(word, languages, query)
         units.extend(dict.fromkeys(group[0] for group in groups) if len(groups) > 1 else [word])
     return units
 
@@ -344,12 +344,13 @@ def _nearest(sources: Sequence[SearchSource], pool: int,
     return {s.key: s.vector_index.knn(s.model.vector, pool, allowed.get(s.key)) for s in sources}
 
 
-def _gather(sources: Sequence[SearchSource], query: str, terms: list[str], options: SearchOptions,
+def _gather(sources: Sequence[SearchSource], query: analysis.AnalysedQuery, options: SearchOptions,
             result: SearchResult, allowed: dict[Path, np.ndarray]) -> list[_Candidate]:
-    """Each source's keyword and vector candidates for `query`, whose words asked about are `terms`
-    (analysis.query_words); with a filter, `allowed` holds the chunk ids each pass is restricted to,
+    """Each source's keyword and vector candidates for `query` (analysed once: its words asked about
+    and their terms are read by every keyword path); with a filter, `allowed` holds the chunk ids each pass is restricted to,
     so a narrow filter fills its pool as an unfiltered search does."""
     pool = max(50, 4 * options.k)
+    terms = query.words
     use_keyword = options.mode in ("hybrid", "keyword") and bool(terms)
     vector_sources = []
     if options.mode in ("hybrid", "vector"):
@@ -373,7 +374,7 @@ def _gather(sources: Sequence[SearchSource], query: str, terms: list[str], optio
         except RuntimeError:  # the interpreter is shutting down and starts no thread: all on this one
             ahead = None
         if use_keyword:
-            _keyword_pass(sources, query, terms, options, pool, allowed, by_source, deeper, scales)
+            _keyword_pass(sources, query, options, pool, allowed, by_source, deeper, scales)
         nearest = ahead.result() if ahead else {}
     nearest.update(_nearest([source for source in vector_sources if source.key not in nearest], pool, allowed))
     for source in vector_sources:
@@ -396,26 +397,28 @@ def _gather(sources: Sequence[SearchSource], query: str, terms: list[str], optio
     return candidates
 
 
-def _keyword_pass(sources: Sequence[SearchSource], query: str, terms: list[str], options: SearchOptions, pool: int,
+def _keyword_pass(sources: Sequence[SearchSource], query: analysis.AnalysedQuery, options: SearchOptions, pool: int,
                   allowed: dict[Path, np.ndarray], by_source: dict[str, dict[int, _Candidate]],
                   deeper: dict[str, dict[int, float]], scales: dict[Path, float]) -> None:
     """Each source's keyword candidates into `by_source`, its scores to `depth` into `deeper`."""
-    searched = terms + identifier_terms(query, terms)  # the scale (keyword_scale) counts the query's own words only
+    terms = query.words
+    searched = terms + identifier_terms(query.text, terms)  # the scale (keyword_scale) counts the query's own words only
     for source in sources:
         # One keyword pass ranks deeper than the pool: the rows past the pool are not candidates,
         # but they give vector candidates their bm25 without a second search.
         depth = max(pool, KEYWORD_SCORE_DEPTH) if options.mode == "hybrid" else pool
         only = allowed.get(source.key)
-        keyword_scores = source.keyword_index(options.keyword_row_budget).search(searched, depth, source.languages, only)
+        keyword_scores = source.keyword_index(options.keyword_row_budget).search(searched, depth, source.languages, only,
+                                                                                 query)
         for rank, (chunk_id, score) in enumerate(keyword_scores[:pool]):
             by_source[source.key][chunk_id] = _Candidate(source, chunk_id, bm25=score, found_by=["keyword"],
                                                           keyword_rank=rank)
         deeper[source.key] = dict(keyword_scores)
-        scales[source.key] = keyword_scale(source, terms)
+        scales[source.key] = keyword_scale(source, terms, query)
         _mark_exact(source, query, by_source[source.key], deeper[source.key], only)
 
 
-def _mark_exact(source: SearchSource, query: str, by_id: dict[int, _Candidate], bm25: dict[int, float],
+def _mark_exact(source: SearchSource, query: analysis.AnalysedQuery, by_id: dict[int, _Candidate], bm25: dict[int, float],
                 allowed: np.ndarray | None) -> None:
     """Chunks holding a literal of the query letter for letter (FTS5 finds the phrase, the text confirms
     the punctuation) become candidates marked exact, found or not by the ranked keyword pass.
@@ -426,12 +429,12 @@ def _mark_exact(source: SearchSource, query: str, by_id: dict[int, _Candidate], 
     query taken literally (a pasted message) is looked for in the text of the chunks the keyword pass
     ranked first, which hold its words: FTS5's phrase query over it took 80-160 ms at 1M chunks
     (docs/benchmarks.md), most of a search, to find a pasted message that is rarely there."""
-    for literal in literals(query):
-        ids = source.keyword_index().holders_of_all_terms(literal, EXACT_DEPTH, source.languages)
+    for literal in literals(query.text):
+        ids = source.keyword_index().holders_of_all_terms(literal, EXACT_DEPTH, source.languages, query=query)
         if ids is None and len(literal.split()) >= WHOLE_QUERY_WORDS:
             ids = list(bm25)[:EXACT_DEPTH]  # ranked best first
         elif ids is None:
-            ids = [chunk_id for chunk_id, _ in source.store.keyword_phrase(literal, EXACT_DEPTH)]
+            ids = [chunk_id for chunk_id, _ in source.store.keyword_phrase(literal, EXACT_DEPTH, query)]
         if allowed is not None:
             ids = [chunk_id for chunk_id, kept in zip(ids, np.isin(ids, allowed)) if kept]
         for chunk_id, row in source.store.chunks(ids).items():
@@ -553,9 +556,9 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
         if not sources:
             result.warnings.append("No indexed file matches the filters; nothing was searched.")
             return result
-    language = analysis.query_language(query, {name for source in sources for name in source.languages})
-    terms = analysis.query_words(query, language)
-    scored = _fuse(_gather(sources, query, terms, options, result, allowed), options, query, language)
+    analysed = analysis.AnalysedQuery(query, {name for source in sources for name in source.languages})
+    language, terms = analysed.language, analysed.words
+    scored = _fuse(_gather(sources, analysed, options, result, allowed), options, query, language)
     rows: dict[tuple[str, int], object] = {}
     kept: list[Hit] = []
     spans: dict[tuple[str, str], list[tuple[int, int]]] = {}

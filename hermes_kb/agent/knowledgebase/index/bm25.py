@@ -28,21 +28,22 @@ def idf(count, frequency):
     return np.maximum(np.log((count - frequency + 0.5) / (frequency + 0.5)), MIN_IDF)
 
 
-def query_counts(query_words: Sequence[str], languages: Languages) -> Counter:
+def query_counts(query_words: Sequence[str], languages: Languages, query: analysis.AnalysedQuery | None = None) -> Counter:
     """Term hash -> how many query words have it. Words sharing a stem ("cell", "cells") count once
     each, as FTS5 scores each OR-ed phrase; a word's alternative stems (one per language) once."""
-    return Counter(h for word in query_words for h in {term_hash(t) for t in analysis.query_terms(word, languages)})
+    return Counter(h for word in query_words for h in {term_hash(t) for t in analysis.terms_of(word, languages, query)})
 
 
 def bm25(query_words: Sequence[str], rows: Sequence[tuple[int, int, bytes]], frequencies: dict[str, float],
-         count: int, mean_tokens: float, k: int, languages: Languages = (analysis.ENGLISH,)) -> list[tuple[int, float]]:
+         count: int, mean_tokens: float, k: int, languages: Languages = (analysis.ENGLISH,),
+         query: analysis.AnalysedQuery | None = None) -> list[tuple[int, float]]:
     """(chunk id, bm25), best first, of the given chunks' term rows: the score a copy would give them,
     from document frequencies counted elsewhere (`frequencies`, by query word)."""
-    times = query_counts(query_words, languages)
+    times = query_counts(query_words, languages, query)
     wanted = np.array(sorted(times), dtype=np.uint64)
     if not len(wanted) or not rows:
         return []
-    df = {term_hash(t): frequencies.get(word, 0.0) for word in query_words for t in analysis.query_terms(word, languages)}
+    df = {term_hash(t): frequencies.get(word, 0.0) for word in query_words for t in analysis.terms_of(word, languages, query)}
     weight = np.array([idf(count, df[h]) * times[h] for h in wanted.tolist()])
     records = np.frombuffer(b"".join(row[2] for row in rows), dtype=TERM_RECORD)
     row_of = np.repeat(np.arange(len(rows)), [posting_count(len(row[2])) for row in rows])

@@ -44,9 +44,9 @@ def _distinct(values: np.ndarray) -> np.ndarray:
     return values[np.concatenate(([True], values[1:] != values[:-1]))] if len(values) else values
 
 
-def _stems(text: str, languages: Languages) -> np.ndarray:
+def _stems(text: str, languages: Languages, query: analysis.AnalysedQuery | None = None) -> np.ndarray:
     """The distinct term hashes of `text` as a query (analysis.query_terms), sorted: how it is looked up."""
-    return np.array(sorted({term_hash(t) for t in analysis.query_terms(text, languages)}), dtype=np.uint64)
+    return np.array(sorted({term_hash(t) for t in analysis.terms_of(text, languages, query)}), dtype=np.uint64)
 
 
 def chunk_terms(text: str, heading: str) -> tuple[int, bytes]:
@@ -232,11 +232,12 @@ class KeywordCache:
         positions = np.minimum(np.searchsorted(self.hashes, wanted), len(self.hashes) - 1)
         return positions, self.hashes[positions] == wanted
 
-    def document_frequencies(self, query_words: Sequence[str], languages: Languages = (analysis.ENGLISH,)) -> list[float]:
+    def document_frequencies(self, query_words: Sequence[str], languages: Languages = (analysis.ENGLISH,),
+                             query: analysis.AnalysedQuery | None = None) -> list[float]:
         """Chunks holding each word (its stems' posting lists), exact; 0 for a word the index lacks."""
         frequencies = []
         for word in query_words:
-            stems = _stems(word, languages)
+            stems = _stems(word, languages, query)
             if not len(stems) or not len(self.hashes):
                 frequencies.append(0.0)
                 continue
@@ -246,14 +247,14 @@ class KeywordCache:
         return frequencies
 
     def holders_of_all_terms(self, text: str, limit: int, languages: Languages = (analysis.ENGLISH,),
-                             longest: int = 20_000) -> list[int] | None:
+                             longest: int = 20_000, query: analysis.AnalysedQuery | None = None) -> list[int] | None:
         """Ids of the chunks holding every word of `text` (a term of each analysis.query_groups group),
         which include every chunk holding `text`.
 
         Posting lists are intersected from the rarest word up, skipping lists longer than `longest` (a
         superset is still right). [] when a word occurs nowhere; None when `text` has no terms or more
         than `limit` chunks remain (the caller asks FTS5 for the phrase instead)."""
-        groups = analysis.query_groups(text, languages)
+        groups = analysis.groups_of(text, languages, query)
         if not groups:
             return None
         if not len(self.hashes):
@@ -276,10 +277,10 @@ class KeywordCache:
         return self.ids[held].tolist()
 
     def search(self, query_words: Sequence[str], k: int, languages: Languages = (analysis.ENGLISH,),
-               allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+               allowed: np.ndarray | None = None, query: analysis.AnalysedQuery | None = None) -> list[tuple[int, float]]:
         """(chunk id, bm25), best first: the ranking FTS5 gives an OR of the same words; only among the
         chunk ids `allowed` (ascending) when a filter gives them."""
-        times = query_counts(query_words, languages)
+        times = query_counts(query_words, languages, query)
         wanted = np.array(sorted(times), dtype=np.uint64)
         if not len(wanted) or not len(self.hashes) or k < 1:
             return []
@@ -326,27 +327,29 @@ class KeywordDelta:
         self.generation, self.count = copy.generation, copy.count
         self._mean_tokens = float(copy.tokens.mean()) if copy.count else 1.0
 
-    def document_frequencies(self, query_words: Sequence[str], languages: Languages = (analysis.ENGLISH,)) -> list[float]:
-        return self.copy.document_frequencies(query_words, languages)
+    def document_frequencies(self, query_words: Sequence[str], languages: Languages = (analysis.ENGLISH,),
+                             query: analysis.AnalysedQuery | None = None) -> list[float]:
+        return self.copy.document_frequencies(query_words, languages, query)
 
     def search(self, query_words: Sequence[str], k: int, languages: Languages = (analysis.ENGLISH,),
-               allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+               allowed: np.ndarray | None = None, query: analysis.AnalysedQuery | None = None) -> list[tuple[int, float]]:
         # The copy is asked for more: chunks deleted since it was built still hold places in its ranking.
-        older = self._alive(self.copy.search(query_words, k + self.gone, languages, allowed))
+        older = self._alive(self.copy.search(query_words, k + self.gone, languages, allowed, query))
         rows = self.rows
         if allowed is not None:
             wanted = set(allowed.tolist())
             rows = [row for row in rows if row[0] in wanted]
-        newer = bm25(query_words, rows, dict(zip(query_words, self.document_frequencies(query_words, languages))),
-                     self.count, self._mean_tokens, k, languages)
+        newer = bm25(query_words, rows, dict(zip(query_words, self.document_frequencies(query_words, languages, query))),
+                     self.count, self._mean_tokens, k, languages, query)
         return sorted([*older, *newer], key=lambda pair: (-pair[1], pair[0]))[:k]
 
-    def holders_of_all_terms(self, text: str, limit: int, languages: Languages = (analysis.ENGLISH,)) -> list[int] | None:
-        held = self.copy.holders_of_all_terms(text, limit + self.gone, languages)
+    def holders_of_all_terms(self, text: str, limit: int, languages: Languages = (analysis.ENGLISH,),
+                             query: analysis.AnalysedQuery | None = None) -> list[int] | None:
+        held = self.copy.holders_of_all_terms(text, limit + self.gone, languages, query=query)
         if held is None:
             return None
         held = [chunk_id for chunk_id, _ in self._alive([(chunk_id, 0.0) for chunk_id in held])]
-        groups = [{term_hash(t) for t in group} for group in analysis.query_groups(text, languages)]
+        groups = [{term_hash(t) for t in group} for group in analysis.groups_of(text, languages, query)]
         held = held + [chunk_id for chunk_id, _, packed in self.rows
                        if all(group & terms for terms in [set(np.frombuffer(packed, dtype=TERM_RECORD)["hash"].tolist())]
                               for group in groups)]

@@ -549,7 +549,8 @@ class PgIndexStore(StoreCommon):
 
     # --- keywords: the BM25 copy is built from chunk_terms, as from SQLite's; searched here only
     # when no current copy can be had (a reader while another host writes, an index past its size)
-    def keyword(self, terms: Sequence[str], k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+    def keyword(self, terms: Sequence[str], k: int, allowed: np.ndarray | None = None,
+                query: analysis.AnalysedQuery | None = None) -> list[tuple[int, float]]:
         """(chunk id, bm25), best first: the GIN index of term hashes finds the chunks holding the
         query's rarest terms (up to KEYWORD_CANDIDATES), scored with BM25 from their own terms, as a
         copy would score them."""
@@ -557,7 +558,7 @@ class PgIndexStore(StoreCommon):
         if not words:
             return []
         languages = self.latin_languages()
-        per_word, frequencies = self._word_frequencies(words, languages)
+        per_word, frequencies = self._word_frequencies(words, languages, query)
         wanted, total = [], 0
         for term_hash, df in sorted(frequencies.items(), key=lambda item: item[1]):
             if df and (not wanted or total + df <= 4 * KEYWORD_CANDIDATES):
@@ -573,12 +574,12 @@ class PgIndexStore(StoreCommon):
             f"SELECT chunk_id FROM {self._t('chunk_terms')} WHERE hashes && %s::bigint[] {only}LIMIT %s", arguments).fetchall()]
         count, mean_tokens = self.conn.execute(f"SELECT COUNT(*), COALESCE(AVG(tokens), 0) FROM {self._t('chunk_terms')}").fetchone()
         return bm25(words, self.terms_of(found), dict(zip(words, self._most_frequent(per_word, frequencies))),
-                                  count, float(mean_tokens), k, languages)
+                    count, float(mean_tokens), k, languages, query)
 
-    def keyword_phrase(self, literal: str, k: int) -> list[tuple[int, float]]:
+    def keyword_phrase(self, literal: str, k: int, query: analysis.AnalysedQuery | None = None) -> list[tuple[int, float]]:
         """Up to k chunks holding a term of each of the literal's words; unranked (the caller checks
         their text for the literal itself)."""
-        groups = [encoding.query_hashes(group) for group in analysis.query_groups(literal, self.latin_languages())]
+        groups = [encoding.query_hashes(group) for group in analysis.groups_of(literal, self.latin_languages(), query)]
         if not groups:
             return []
         where = " AND ".join("hashes && %s::bigint[]" for _ in groups)
@@ -593,13 +594,14 @@ class PgIndexStore(StoreCommon):
                                  f"FROM unnest(%s::bigint[]) AS h", (list(dict.fromkeys(hashes)),)).fetchall()
         return {int(h): int(n) for h, n in rows}
 
-    def document_frequencies(self, terms: Sequence[str]) -> list[float]:
+    def document_frequencies(self, terms: Sequence[str], query: analysis.AnalysedQuery | None = None) -> list[float]:
         """Chunks holding each query word: its most frequent term, as a copy counts it."""
-        return self._most_frequent(*self._word_frequencies(terms, self.latin_languages()))
+        return self._most_frequent(*self._word_frequencies(terms, self.latin_languages(), query))
 
-    def _word_frequencies(self, words: Sequence[str], languages: Sequence[str]) -> tuple[list[list[int]], dict[int, int]]:
+    def _word_frequencies(self, words: Sequence[str], languages: Sequence[str],
+                          query: analysis.AnalysedQuery | None = None) -> tuple[list[list[int]], dict[int, int]]:
         """(each word's term hashes, chunks holding each hash): one round trip for every term."""
-        per_word = [encoding.query_hashes(analysis.query_terms(word, languages)) for word in words]
+        per_word = [encoding.query_hashes(analysis.terms_of(word, languages, query)) for word in words]
         return per_word, self._term_frequencies([h for hashes in per_word for h in hashes])
 
     @staticmethod

@@ -133,18 +133,20 @@ def driver_description() -> str:
 
 
 
-def fts_query(words: Sequence[str], languages: Sequence[str] = (analysis.ENGLISH,)) -> str | None:
+def fts_query(words: Sequence[str], languages: Sequence[str] = (analysis.ENGLISH,),
+              query: analysis.AnalysedQuery | None = None) -> str | None:
     """Every term of the query words (analysis.query_terms) quoted and OR-ed: user punctuation, AND,
     NEAR or `*` are never FTS syntax (terms are letters and digits only). A term two words share
     ("cell", "cells") is OR-ed once per word, so it weighs twice, as in the keyword copy."""
-    terms = [t for word in words for t in analysis.query_terms(word, languages)]
+    terms = [t for word in words for t in analysis.terms_of(word, languages, query)]
     return " OR ".join(f'"{t}"' for t in terms) if terms else None
 
 
-def fts_phrase(literal: str, languages: Sequence[str] = (analysis.ENGLISH,)) -> str | None:
+def fts_phrase(literal: str, languages: Sequence[str] = (analysis.ENGLISH,),
+               query: analysis.AnalysedQuery | None = None) -> str | None:
     """Chunks holding a term of each of the literal's words (analysis.query_groups); the caller checks
     the text itself for the literal, so word order and punctuation are checked there."""
-    groups = analysis.query_groups(literal, languages)
+    groups = analysis.groups_of(literal, languages, query)
     return " AND ".join("(" + " OR ".join(f'"{t}"' for t in group) + ")" for group in groups) if groups else None
 
 
@@ -514,14 +516,15 @@ class IndexStore(StoreCommon):
         return encoding.best_per_chunk(np.array(ids, dtype=np.int64), np.array(scores), k)
 
     # --- keywords -----------------------------------------------------------------------
-    def keyword(self, terms: Sequence[str], k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
+    def keyword(self, terms: Sequence[str], k: int, allowed: np.ndarray | None = None,
+                query: analysis.AnalysedQuery | None = None) -> list[tuple[int, float]]:
         """(chunk id, positive bm25 score), best first, of chunks holding any of the terms (and among
         the `allowed` chunk ids, when a filter gives them)."""
-        return self._match(fts_query(terms, self.latin_languages()), k, allowed)
+        return self._match(fts_query(terms, self.latin_languages(), query), k, allowed)
 
-    def keyword_phrase(self, literal: str, k: int) -> list[tuple[int, float]]:
+    def keyword_phrase(self, literal: str, k: int, query: analysis.AnalysedQuery | None = None) -> list[tuple[int, float]]:
         """Chunks holding the literal's words in order, next to each other (punctuation aside)."""
-        return self._match(fts_phrase(literal, self.latin_languages()), k)
+        return self._match(fts_phrase(literal, self.latin_languages(), query), k)
 
     def _match(self, match: str | None, k: int, allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
         if not match:
@@ -567,7 +570,7 @@ class IndexStore(StoreCommon):
             self._sample_frame, self._frequencies = (generation, total, bounds, scale), {}
         return self._sample_frame
 
-    def document_frequencies(self, terms: Sequence[str]) -> list[float]:
+    def document_frequencies(self, terms: Sequence[str], query: analysis.AnalysedQuery | None = None) -> list[float]:
         """Chunks holding each term, counted in a few id windows spread over the index and scaled.
 
         FTS5 keeps no document frequencies (fts5vocab walks whole posting lists, as slow as the
@@ -584,7 +587,7 @@ class IndexStore(StoreCommon):
         for term in terms:  # a search asks twice (affordable_terms, then the keyword scale)
             if term not in self._frequencies:
                 self._frequencies[term] = min(
-                    self.conn.execute(sql, (fts_query([term], languages), *bounds)).fetchone()[0] * scale, float(total))
+                    self.conn.execute(sql, (fts_query([term], languages, query), *bounds)).fetchone()[0] * scale, float(total))
         return [self._frequencies[term] for term in terms]
 
     def chunks_without_terms(self, limit: int) -> list[tuple[int, str, str]]:

@@ -7,10 +7,12 @@ from typing import Sequence
 
 import numpy as np
 
+from .. import analysis
 from .contract import Store
 
 
-def affordable_terms(store: Store, terms: list[str], budget: int | None) -> list[str]:
+def affordable_terms(store: Store, terms: list[str], budget: int | None,
+                     query: analysis.AnalysedQuery | None = None) -> list[str]:
     """The rarest terms whose posting lists together stay within `budget` rows, the rarest always kept.
 
     FTS5 scores every row that matches any OR-ed term (about 1 µs a row), so one common word
@@ -19,7 +21,7 @@ def affordable_terms(store: Store, terms: list[str], budget: int | None) -> list
     """
     if budget is None or len(terms) < 2:
         return terms
-    cost = dict(zip(terms, store.document_frequencies(terms)))
+    cost = dict(zip(terms, store.document_frequencies(terms, query)))
     if sum(cost.values()) <= budget:
         return terms
     kept, spent = [], 0
@@ -42,13 +44,16 @@ class StoreKeywords:
     def count(self) -> int:
         return self.store.chunk_total()
 
-    def document_frequencies(self, query_words: Sequence[str], languages: Sequence[str]) -> list[float]:
-        return self.store.document_frequencies(query_words)
+    def document_frequencies(self, query_words: Sequence[str], languages: Sequence[str],
+                             query: analysis.AnalysedQuery | None = None) -> list[float]:
+        return self.store.document_frequencies(query_words, query)
 
     def search(self, query_words: Sequence[str], k: int, languages: Sequence[str],
-               allowed: np.ndarray | None = None) -> list[tuple[int, float]]:
-        return self.store.keyword(affordable_terms(self.store, list(query_words), self.row_budget), k, allowed)
+               allowed: np.ndarray | None = None, query: analysis.AnalysedQuery | None = None) -> list[tuple[int, float]]:
+        kept = affordable_terms(self.store, list(query_words), self.row_budget, query)
+        return self.store.keyword(kept, k, allowed, query)
 
-    def holders_of_all_terms(self, text: str, limit: int, languages: Sequence[str]) -> list[int] | None:
+    def holders_of_all_terms(self, text: str, limit: int, languages: Sequence[str],
+                             query: analysis.AnalysedQuery | None = None) -> list[int] | None:
         """None: the store cannot tell cheaply (the caller asks it for the phrase instead)."""
         return None
