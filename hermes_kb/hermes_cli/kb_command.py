@@ -1,5 +1,8 @@
 """The `kb` verbs: one parser and one dispatch table serving both `hermes kb ...`
 and the `/kb ...` slash command, so the two can never drift apart.
+
+Over 500 lines because every verb's arguments and rendering are in the one table that makes the two
+surfaces the same; the verbs' work is the engine's (KnowledgeBase).
 """
 
 from __future__ import annotations

@@ -271,6 +271,7 @@ def test_slides_sheets_and_chapters_are_parts_headed_by_their_titles(tree, make_
     assert summary.skipped == []
     notes = search(kb, "Lisbon")[0]
     assert (notes.part, notes.heading) == ("slide 1", "Q3 results") and "Speaker notes: Mention the Lisbon" in notes.text
+    assert notes.text.count("Q3 results") == 1  # the title heads its slide once, not again as body text
     table = search(kb, "October")[0]
     assert table.part == "slide 2" and "| SRE | October |" in table.text
     sheet = search(kb, "retired")[0]

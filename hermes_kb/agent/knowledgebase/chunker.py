@@ -12,6 +12,9 @@ chunk's cosine is its best window's. all-MiniLM-L6-v2 was trained on 128
 word pieces: on SciFact train, 128-piece windows inside 200-piece chunks beat
 one vector per chunk (BM25 prefers the longer unit, the model the shorter;
 docs/benchmarks.md).
+
+How each kind is cut is its registry entry's `chunking` (kinds/registry.py), one layout function
+each (_LAYOUTS); the packing and line bookkeeping they share is why they sit in one module.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Every candidate gets both scores: a keyword-only hit has its cosine computed
 from its stored vector, and a vector-only hit its bm25 from the keyword pass, so fusion
 compares like with like instead of treating "not in the other top-k" as zero.
+
+Over 500 lines because it is one pipeline read top to bottom (`search`: gather, fuse, floor,
+collapse, judge, budget); its steps are small functions here rather than modules of their own, so
+the order of a search is on one page.
 """
 
 from __future__ import annotations

@@ -3,6 +3,11 @@
 It maps directory names to index files, opens stores per operation, and
 loads the embedding model only when vectors are really needed (status and
 keyword search never pay for it).
+
+Over 500 lines because it is the one facade: its parts (the models it keeps, the directories it
+knows, index runs, search, kb_read, status, clear) share one configuration, one backend and the
+models and open indexes it keeps; what they decide lives elsewhere (which copy a search reads:
+index/copies.py; how a search ranks: retriever.py; how a run writes: indexer.py).
 """
 
 from __future__ import annotations

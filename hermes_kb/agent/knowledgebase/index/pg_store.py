@@ -24,6 +24,8 @@ The only module that speaks SQL to the server. Choices:
   run as this role. An index schema is used only when its owner, and the owner of every table in
   it, is this role or a role this role is a member of (a team role, by design); a schema someone
   else created under an index's name (squatting) is refused before anything is read or written.
+
+Over 500 lines for the reason store.py is: every statement the server runs for an index is here.
 """
 
 from __future__ import annotations

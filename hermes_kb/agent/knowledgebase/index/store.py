@@ -4,6 +4,10 @@ Each file's rows change in one transaction, so a crash leaves every file
 either fully old or fully new. FTS rows follow `chunks` through triggers;
 vectors are deleted explicitly because `chunk_vec` is created only once the
 embedding dimension is known.
+
+Over 500 lines because every SQL statement SQLite runs for an index lives here and nowhere else
+(the schema, FTS5, sqlite-vec, the vector log, the sampled document frequencies): what both stores
+share without SQL is in common.py, encoding.py and local_files.py.
 """
 
 from __future__ import annotations

@@ -65,7 +65,8 @@ def read_pptx(data: bytes, kind: str) -> Document:
                               else "").split()) or f"Slide {number}"
             lines = [f"# {title}", ""]
             for shape in slide.shapes:
-                if shape is title_shape:
+                # python-pptx hands out a new proxy per access: the title is known by its shape id
+                if title_shape is not None and shape.shape_id == title_shape.shape_id:
                     continue
                 if shape.has_text_frame:
                     lines += [p.text.strip() for p in shape.text_frame.paragraphs if p.text.strip()]
@@ -80,7 +81,7 @@ def read_pptx(data: bytes, kind: str) -> Document:
         raise
     except Exception as exc:  # python-pptx surfaces zip, XML and part errors directly
         raise LoadError(f"unreadable PowerPoint file ({exc})") from None
-    return parts(slides, "pptx")
+    return parts(slides, kind)
 
 
 def _sheet_sections(sheets: Iterable[tuple[str, Iterable[list[str]]]]) -> list[str]:
@@ -129,7 +130,7 @@ def read_xlsx(data: bytes, kind: str) -> Document:
         raise
     except Exception as exc:
         raise LoadError(f"unreadable Excel file ({exc})") from None
-    return parts(sheets, "xlsx")
+    return parts(sheets, kind)
 
 
 def read_epub(data: bytes, kind: str) -> Document:
@@ -151,7 +152,7 @@ def read_epub(data: bytes, kind: str) -> Document:
         raise
     except Exception as exc:
         raise LoadError(f"unreadable EPUB ({exc})") from None
-    return parts(chapters, "epub")
+    return parts(chapters, kind)
 
 
 # --- OpenDocument (LibreOffice) text and spreadsheets: the standard library's XML --------------------
