@@ -43,6 +43,7 @@ from hermes_kb.agent.knowledgebase.config import ConfigError, KnowledgebaseConfi
 from hermes_kb.agent.knowledgebase.context import BLOCK_FOOTER, BLOCK_HEADER, AutoRetriever, is_trivial, render_block
 from hermes_kb.agent.knowledgebase.service import USER_ERRORS, KnowledgeBase, KnowledgebaseError
 from hermes_kb import host_judge
+from hermes_kb.streamed_footer import StreamedFooters
 from hermes_kb.hermes_cli import config as kb_config_file
 from hermes_kb.hermes_cli.background_index import BackgroundIndex, text_console
 from hermes_kb.tools.knowledgebase_tool import HANDLERS, SCHEMAS, TOOLSET, UNTRUSTED, json_handler, tool_offered
@@ -110,6 +111,7 @@ class KnowledgebasePlugin:
         self._platforms: OrderedDict[str, str] = OrderedDict()  # session -> where it talks (pre_llm_call says)
         self._warned: str | None = None
         self.background = BackgroundIndex()
+        self.streamed_footers = StreamedFooters()
         self._workers = concurrent.futures.ThreadPoolExecutor(max_workers=GATEWAY_WORKERS, thread_name_prefix="kb-slash")
 
     # --- configuration and the knowledgebase --------------------------------------------
@@ -239,6 +241,12 @@ class KnowledgebasePlugin:
         from hermes_kb.hermes_cli.chat_member import member_refusal
         from hermes_kb.hermes_cli.kb_command import parse_slash, run_slash_kb
 
+        if raw_args.split() == ["stop"]:  # kb_command.CHAT_ONLY: the background run is this host's
+            try:
+                allowed = not member or self.config().gateway_full_access
+            except ConfigError as exc:
+                return f"error: {exc}"
+            return self.background.stop() if allowed else "Only the owner of this Hermes can stop its /kb index."
         args = parse_slash(raw_args)  # one reading of the line for every decision below and for the run
         try:
             if member and not self.config().gateway_full_access:
@@ -375,7 +383,10 @@ class KnowledgebasePlugin:
             if not isinstance(response_text, str) or "[S" not in response_text:
                 return None
             citations = self.citations(session_id, create=False)
-            footer = citations.footer(response_text, absolute=platform in ("", "cli")) if citations else None
+            at_terminal = platform in ("", "cli")
+            footer = citations.footer(response_text, absolute=at_terminal) if citations else None
+            if footer and at_terminal:
+                self.streamed_footers.hold(session_id, footer)  # the REPL prints no streamed answer again
             return f"{response_text.rstrip()}\n\n{footer}" if footer else None
         except Exception:
             log.exception("knowledgebase sources footer failed")

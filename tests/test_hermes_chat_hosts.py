@@ -397,3 +397,71 @@ def test_watch_for_changes_keeps_indexes_fresh_inside_hermes(plugin, docs, write
     finally:
         for watcher in plugin._watchers.values():
             watcher.stop()
+
+
+def _fake_repl_module(monkeypatch, printed: list[str]):
+    """A stand-in for Hermes 0.19's `cli` module: a REPL whose flush closes the streamed answer's box."""
+    import types
+
+    module = types.ModuleType("cli")
+
+    class HermesCLI:
+        def __init__(self, session_id: str, streamed: bool):
+            self.session_id, self._stream_box_opened = session_id, streamed
+
+        def _flush_stream(self):
+            printed.append("(box closed)" if self._stream_box_opened else "(nothing streamed)")
+
+    module.HermesCLI, module._cprint = HermesCLI, printed.append
+    monkeypatch.setitem(__import__("sys").modules, "cli", module)
+    return HermesCLI
+
+
+@pytest.mark.parametrize("streamed", [True, False], ids=["streamed", "printed whole"])
+def test_the_sources_footer_shows_under_an_answer_the_repl_streamed(plugin, monkeypatch, streamed):
+    printed: list[str] = []
+    repl = _fake_repl_module(monkeypatch, printed)
+    plugin.pre_llm_call(**_turn("r", "When does the zeppelin rollout run canary checks?"))
+    answer = plugin.transform_llm_output(response_text="Tuesdays [S1].", session_id="r", platform="cli")
+    assert "Sources:" in answer  # what Hermes prints itself when the answer was not streamed
+    repl("r", streamed)._flush_stream()
+    repl("r", streamed)._flush_stream()  # a later flush (the next turn's boundary) prints nothing again
+    if streamed:
+        assert printed[0] == "(box closed)" and printed[1].lstrip().startswith("Sources:\n[S1]")
+        assert "deploy.md" in printed[1] and printed[2:] == ["(box closed)"]
+    else:
+        assert printed == ["(nothing streamed)", "(nothing streamed)"]
+
+
+def test_a_gateway_answer_holds_no_footer_for_a_terminal(plugin, monkeypatch):
+    printed: list[str] = []
+    repl = _fake_repl_module(monkeypatch, printed)
+    plugin.pre_llm_call(**_turn("g2", "When does the zeppelin rollout run canary checks?"))
+    plugin.transform_llm_output(response_text="Tuesdays [S1].", session_id="g2", platform="telegram")
+    repl("g2", True)._flush_stream()
+    assert printed == ["(box closed)"]
+
+
+def test_kb_stop_ends_a_background_run_and_the_next_run_goes_on(plugin, embedder, docs):
+    for n in range(12):
+        (docs / f"batch{n:02}.md").write_text(f"# Batch {n}\n\nNote {n} about the hangar.\n")
+    assert plugin.run_slash("stop", member=False, announce=None) == "No /kb index is running."
+    embedder.delay = 2.0  # the run is still embedding when stop comes
+    assert "in the background" in plugin.run_slash("index docs", member=False, announce=None)
+    time.sleep(0.5)
+    assert "Only the owner" in plugin.run_slash("stop", member=True, announce=None)
+    started = time.perf_counter()
+    assert "Stopping /kb index docs" in plugin.run_slash("stop", member=False, announce=None)
+    assert plugin.background.wait(30) and time.perf_counter() - started < 10
+    assert "interrupted: every file written so far is kept" in plugin.background.describe()
+    embedder.delay = 0.0
+    plugin.run_slash("index docs", member=False, announce=None)
+    assert plugin.background.wait(30)
+    assert "interrupted" not in plugin.background.describe()
+    row = plugin.kb().status("docs")[0]
+    assert row["files"] == 14 and not row.get("chunks_without_vectors")
+    assert plugin.kb().search("hangar note 7", mode="keyword").hits[0].path == "batch07.md"
+
+
+def test_bare_kb_in_a_chat_lists_stop(plugin):
+    assert "stop " in plugin.run_slash("", member=False, announce=None)

@@ -8,7 +8,9 @@ works says where the first one is instead of starting a rival writer.
 
 from __future__ import annotations
 
+import atexit
 import io
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
@@ -32,6 +34,7 @@ class _Run:
     errors: io.StringIO = field(default_factory=io.StringIO)
     estimates: list[IndexingEstimate] = field(default_factory=list)  # one per directory, as each starts
     finished: float | None = None
+    stopping: threading.Event = field(default_factory=threading.Event)  # `/kb stop` asked for it
 
     def progress(self) -> "_Tracked":
         return _Tracked(self)
@@ -55,15 +58,23 @@ class _Tracked:
         self.estimate: IndexingEstimate | None = None
 
     def start(self, directory: str, total_files: int, total_bytes: int = 0) -> None:
+        self._stop_if_asked()
         self.estimate = IndexingEstimate(directory, total_files, total_bytes)
         self.run.estimates.append(self.estimate)
 
     def advance(self, files: int = 0, chunks: int = 0, chunked_bytes: int = 0, chunks_planned: int = 0) -> None:
+        self._stop_if_asked()
         if self.estimate is not None:
             self.estimate.advance(files, chunks, chunked_bytes, chunks_planned)
 
     def note(self, text: str) -> None:
         self.run.errors.write(text + "\n")
+
+    def _stop_if_asked(self) -> None:
+        """The run stops as Ctrl-C stops one in the foreground: between files (the indexer reports each),
+        every file written so far kept, and the next run goes on from there."""
+        if self.run.stopping.is_set():
+            raise KeyboardInterrupt
 
     def finish(self) -> None:
         pass
@@ -76,6 +87,7 @@ class BackgroundIndex:
         self._lock = threading.Lock()
         self._running: _Run | None = None
         self._last: _Run | None = None
+        self._exit_hooked = False
 
     def start(self, line: str, work: Callable[[Console, Console, Callable[[], "_Tracked"]], int],
               announce: Callable[[str], None] | None = None) -> str:
@@ -86,6 +98,9 @@ class BackgroundIndex:
                 return (f"An index run is already under way (/kb {self._running.line}: "
                         f"{self._running.latest_progress()}); /kb status shows its progress.")
             run = self._running = _Run(line)
+            if not self._exit_hooked:
+                atexit.register(self._quitting)
+                self._exit_hooked = True
 
         def body() -> None:
             try:
@@ -100,6 +115,25 @@ class BackgroundIndex:
                 announce(f"📚 /kb {line} finished:\n{run.result()}")
         threading.Thread(target=body, name="kb-background-index", daemon=True).start()
         return f"Indexing in the background (/kb {line}); /kb status shows its progress."
+
+    def stop(self) -> str:
+        """`/kb stop`: the run under way ends at its next file; its result says so when it does."""
+        with self._lock:
+            running = self._running
+        if running is None:
+            return "No /kb index is running."
+        running.stopping.set()
+        return (f"Stopping /kb {running.line} after the file it is on; what it indexed is kept, and the next "
+                f"/kb index goes on from there.")
+
+    def _quitting(self) -> None:
+        """At exit (Ctrl-C at the prompt, /exit): a run still going ends with the process; say so."""
+        with self._lock:
+            running = self._running
+        if running is not None:
+            running.stopping.set()
+            sys.stderr.write(f"The background /kb {running.line} stopped as Hermes quit; what it indexed is kept, "
+                             f"and the next /kb index goes on from there.\n")
 
     def describe(self) -> str | None:
         """For /kb status: the run under way with its latest progress, or how the last one ended."""

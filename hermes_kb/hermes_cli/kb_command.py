@@ -539,6 +539,8 @@ def _with_dash_hint(message: str, argv: list[str], parser: argparse.ArgumentPars
 
 
 TERMINAL_ONLY = ("watch", "mcp", "token", "eval")  # refused, or pointless, inside a chat
+# Verbs of a chat alone, which the host answers before parsing (hermes_plugin.py): a run in the background
+CHAT_ONLY = {"stop": "stop the background /kb index after its current file (what it indexed is kept)"}
 
 
 def _chat_help(parser: argparse.ArgumentParser, prog: str) -> str:
@@ -547,6 +549,7 @@ def _chat_help(parser: argparse.ArgumentParser, prog: str) -> str:
     helps = {action.dest: action.help for action in verbs._choices_actions}
     lines = [f"{prog} VERB ...  (in the terminal, `hermes kb` also has {', '.join(TERMINAL_ONLY)})"]
     lines += [f"  {name:<8} {helps.get(name, '')}" for name in verbs.choices if name not in TERMINAL_ONLY]
+    lines += [f"  {name:<8} {what}" for name, what in CHAT_ONLY.items()]
     return "\n".join(lines)
 
 

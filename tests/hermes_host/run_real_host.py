@@ -388,7 +388,8 @@ class Terminal:
 
 def through_repl(venv: Path, env: dict, work: Path) -> None:
     """/kb index in the REPL: the prompt comes back at once, progress shows while the run goes on, other
-    input is answered meanwhile, and the result is printed when it ends."""
+    input is answered meanwhile, and the result is printed when it ends; then a streamed answer shows
+    its Sources footer."""
     bulk = work / "kb" / "bulk"
     bulk.mkdir()
     for n in range(400):
@@ -409,6 +410,13 @@ def through_repl(venv: Path, env: dict, work: Path) -> None:
         terminal.expect("/kb index kb finished", 300)
         done = terminal.seen[terminal.seen.rfind("/kb index kb finished"):][:400]
         check("400 added" in done, "the REPL prints the run's result when it ends", done)
+        # A streamed answer: Hermes prints no final response after streaming, the plugin prints the footer.
+        terminal.type(QUESTION)
+        terminal.expect("every Tuesday", 120)
+        terminal.expect("Sources:", 30)
+        terminal.read(1)
+        footer = terminal.seen[terminal.seen.rfind("Sources:"):][:300]
+        check("[S1]" in footer and "deploy.md" in footer, "under the answer the REPL streamed, the file behind [S1]", footer)
     finally:
         terminal.close()
 
