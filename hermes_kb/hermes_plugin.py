@@ -241,7 +241,7 @@ class KnowledgebasePlugin:
         from hermes_kb.hermes_cli.chat_member import member_refusal
         from hermes_kb.hermes_cli.kb_command import parse_slash, run_slash_kb
 
-        if raw_args.split() == ["stop"]:  # kb_command.CHAT_ONLY: the background run is this host's
+        if raw_args.split() == ["stop"]:  # HOST_VERBS: the background run is this host's
             try:
                 allowed = not member or self.config().gateway_full_access
             except ConfigError as exc:
@@ -268,7 +268,7 @@ class KnowledgebasePlugin:
         except ConfigError:
             watching = False
         options = {"confirm": refuse, "watch_hint": HERMES_WATCHING if watching else HERMES_WATCH_HINT, "parsed": args,
-                   "host_paths": not member}
+                   "host_paths": not member, "host_verbs": HOST_VERBS}
         verb = args.verb if args is not None else None
         if verb == "index":
             try:  # a folder that cannot be indexed is said now, not announced as a run first
@@ -414,6 +414,8 @@ class KnowledgebasePlugin:
         ctx.register_hook("transform_llm_output", self.transform_llm_output)
 
 
+# `/kb` verbs this plugin answers itself, before the kb parser (bare `/kb` lists them with the rest)
+HOST_VERBS = {"stop": "stop the background /kb index after its current file (what it indexed is kept)"}
 HERMES_WATCH_HINT = ("Inside Hermes, set knowledgebase.watch_for_changes: true in config.yaml to keep the configured "
                      "folders fresh while Hermes runs; /kb index refreshes them now.")
 HERMES_WATCHING = ("Inside Hermes, watch_for_changes is on: the configured folders are re-indexed as their files change, "

@@ -539,24 +539,24 @@ def _with_dash_hint(message: str, argv: list[str], parser: argparse.ArgumentPars
 
 
 TERMINAL_ONLY = ("watch", "mcp", "token", "eval")  # refused, or pointless, inside a chat
-# Verbs of a chat alone, which the host answers before parsing (hermes_plugin.py): a run in the background
-CHAT_ONLY = {"stop": "stop the background /kb index after its current file (what it indexed is kept)"}
 
 
-def _chat_help(parser: argparse.ArgumentParser, prog: str) -> str:
-    """Bare `/kb` in a chat: the verbs that work there, one line each (the terminal's help lists all)."""
+def _chat_help(parser: argparse.ArgumentParser, prog: str, host_verbs: dict[str, str]) -> str:
+    """Bare `/kb` in a chat: the verbs that work there, one line each (the terminal's help lists all),
+    with the verbs the host answers itself (`host_verbs`: Hermes's plugin has `stop`)."""
     verbs = parser._subparsers._group_actions[0]  # argparse keeps no public handle on the subparsers
     helps = {action.dest: action.help for action in verbs._choices_actions}
     lines = [f"{prog} VERB ...  (in the terminal, `hermes kb` also has {', '.join(TERMINAL_ONLY)})"]
     lines += [f"  {name:<8} {helps.get(name, '')}" for name in verbs.choices if name not in TERMINAL_ONLY]
-    lines += [f"  {name:<8} {what}" for name, what in CHAT_ONLY.items()]
+    lines += [f"  {name:<8} {what}" for name, what in host_verbs.items()]
     return "\n".join(lines)
 
 
 def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Console, err: Console,
            confirm: Callable[[str], bool] = confirm_at_terminal, prog: str = "hermes kb", foreground: bool = True,
            progress: Callable[[], Progress] | None = None, watch_hint: str = CHAT_WATCH_HINT,
-           parsed: argparse.Namespace | None = None, host_paths: bool = True) -> int:
+           parsed: argparse.Namespace | None = None, host_paths: bool = True,
+           host_verbs: dict[str, str] | None = None) -> int:
     """Parse and run one kb verb; every user error becomes one sentence and exit code 1 (2 for usage).
     `progress` makes an index run's progress display (default: one that suits err). `parsed`: the line
     as a host already parsed and judged it (parse_slash), run as it was judged, never read again."""
@@ -572,7 +572,7 @@ def run_kb(argv: list[str], kb_factory: Callable[[], KnowledgeBase], out: Consol
         err.print(safe(_with_dash_hint(str(exc), argv, parser, prog)))
         return 2
     if args.verb is None:
-        out.print(safe(parser.format_help() if foreground else _chat_help(parser, prog)))
+        out.print(safe(parser.format_help() if foreground else _chat_help(parser, prog, host_verbs or {})))
         return 0 if not argv else 2
     args.progress, args.host_paths = progress, host_paths
     if args.verb == "watch" and not foreground:
