@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ..filters import FileTable
 from . import derived_file, keyword_cache, vector_cache
-from .contract import IndexBusy, Store
+from .contract import Backend, IndexBusy, Store
 from .keyword_cache import KeywordCache, KeywordDelta
 from .local_files import writer_lock
 from .vector_cache import VectorCache, VectorDelta
@@ -37,7 +37,7 @@ KEYWORD_DELTA_SECONDS = 60.0
 class OpenIndexes:
     """The open connections and copies of every index one KnowledgeBase searches (module docstring)."""
 
-    def __init__(self, backend):
+    def __init__(self, backend: Backend):
         self.backend = backend
         self._copies: dict[tuple[str, Path], VectorCache | VectorDelta | KeywordCache] = {}  # open memory maps, reused while current
         self._readers: dict[tuple[Path, int], tuple[tuple[int, int], Store]] = {}
