@@ -297,6 +297,7 @@ def through_chat(venv: Path, env: dict, work: Path, server: FakeOpenAI) -> None:
     check(result.returncode == 0 and FINAL_ANSWER in result.stdout, "`hermes chat -Q -q` answers", transcript)
     check("Sources:\n[S1] kb/deploy.md lines" in result.stdout and str(work / "kb" / "deploy.md") in result.stdout,
           "under the answer, the file behind [S1]", result.stdout)
+    check(result.stdout.count("Sources:") == 1, "the footer once (Hermes prints this answer whole)", result.stdout)
     agent = [r for r in server.chat_requests
              if any((t.get("function") or {}).get("name") == "kb_search" for t in r.get("tools") or [])]
     check(len(agent) == 2, "two agent requests offering kb_search", [r.get("messages", [])[-1:] for r in server.chat_requests])
@@ -417,7 +418,8 @@ def through_repl(venv: Path, env: dict, work: Path) -> None:
         terminal.read(1)
         shown = terminal.seen[asked:]
         answer, footer = shown.find("every Tuesday"), shown.rfind("Sources:")
-        check(0 <= answer < footer and "[S1]" in shown[footer:footer + 300] and "deploy.md" in shown[footer:footer + 300],
+        check(0 <= answer < footer and shown.count("Sources:") == 1 and "[S1]" in shown[footer:footer + 300]
+              and "deploy.md" in shown[footer:footer + 300],
               "under the answer the REPL streamed, the file behind [S1]", shown[-1500:])
     finally:
         terminal.close()
