@@ -82,7 +82,7 @@ GRAMMARS: dict[str, _Grammar] = {
     "shell": _Grammar("bash", "language", {"function_definition": "function"}),
 }
 
-# Document kinds (scanner.KINDS) -> grammar; a file name can pick a closer grammar (.tsx, a C++ header).
+# File kinds (kinds/registry.py) -> grammar; a file name can pick a closer grammar (.tsx, a C++ header).
 KIND_GRAMMARS = {kind: kind for kind in GRAMMARS if kind != "tsx"}
 # (kind, suffix) -> grammar: a .h may hold C++, and the C++ grammar parses C headers as well.
 _BY_SUFFIX = {("typescript", ".tsx"): "tsx", ("c", ".h"): "cpp"}

@@ -99,9 +99,9 @@ class PostgresBackend:
                     create: bool = False) -> Iterator[None]:
         """The server's writer lock (one writer per directory on every host, pg_store.writer_lock),
         then this machine's file lock (its derived copies are rebuilt by searches too, see
-        KnowledgeBase._source). `create` makes the index first (an index run), so that its first
-        writer holds the lock as every later one does; without it, an index the server does not
-        have takes the local lock only (there is nothing there to guard)."""
+        copies.OpenIndexes.catch_up_keywords). `create` makes the index first (an index run), so
+        that its first writer holds the lock as every later one does; without it, an index the
+        server does not have takes the local lock only (there is nothing there to guard)."""
         psycopg = driver()
         with self._connect() as conn:
             if schema_oid(conn, path.name) is None and not create:

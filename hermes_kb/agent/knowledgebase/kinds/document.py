@@ -45,8 +45,8 @@ def cured_skip(error: str | None) -> bool:
 @dataclass(frozen=True)
 class Document:
     text: str
-    kind: str
-    page_starts: tuple[int, ...] = ()  # character offset where part i+1 begins (citations.PART_UNITS: a page, a cell ...)
+    kind: str  # the file's kind (kinds/registry.py), which says how the text is cut and cited
+    page_starts: tuple[int, ...] = ()  # character offset where part i+1 begins (the registry names a part: a page, a cell ...)
     # (offset where an outline entry's section begins, its path "2 Setup > 2.1 Needs"), ascending:
     # a PDF's table of contents, which its text alone no longer shows as headings (PDF only)
     headings: tuple[tuple[int, str], ...] = ()
