@@ -3,7 +3,6 @@ with the modules that act on it, so a new kind cannot be half-registered."""
 
 from __future__ import annotations
 
-import ast
 from pathlib import Path
 
 import pytest
@@ -12,6 +11,8 @@ from hermes_kb.agent.knowledgebase import chunker, loaders
 from hermes_kb.agent.knowledgebase.code_units import KIND_GRAMMARS
 from hermes_kb.agent.knowledgebase.kinds import registry
 from hermes_kb.agent.knowledgebase.kinds.document import Document, LoadError
+
+from ..helpers_imports import assert_acyclic, sibling_imports
 
 KINDS_FOLDER = Path(registry.__file__).parent
 
@@ -56,26 +57,9 @@ def test_a_document_carries_its_file_kind_not_a_second_vocabulary():
 
 
 def test_the_readers_form_no_import_cycle_and_the_registry_imports_none_of_them():
-    graph = {}
-    for module in KINDS_FOLDER.glob("*.py"):
-        imported = set()
-        for node in ast.walk(ast.parse(module.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                imported |= {node.module} if node.module else {alias.name for alias in node.names}
-        graph[module.stem] = imported
+    graph = sibling_imports(KINDS_FOLDER)
     assert graph["registry"] == set() and graph["document"] == set()
-    done, visiting = set(), []
-
-    def visit(name):
-        assert name not in visiting, f"import cycle: {' -> '.join([*visiting, name])}"
-        if name not in done:
-            visiting.append(name)
-            for other in graph.get(name, ()):
-                visit(other)
-            visiting.pop()
-            done.add(name)
-    for name in graph:
-        visit(name)
+    assert_acyclic(graph)
 
 
 def test_a_binary_file_given_a_text_kind_is_one_skip():

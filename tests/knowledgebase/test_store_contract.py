@@ -22,6 +22,7 @@ from hermes_kb.agent.knowledgebase.index.contract import SharedStore, Store, Sto
 from hermes_kb.agent.knowledgebase.index.pg_store import PgIndexStore
 from hermes_kb.agent.knowledgebase.index.store import IndexStore
 
+from ..helpers_imports import assert_acyclic, sibling_imports
 from ..postgres_server import free_port
 
 IDENTITY = ModelIdentity("stub", "test", 8)
@@ -428,7 +429,7 @@ def test_each_store_implements_every_method_the_contract_declares_with_its_param
 def test_the_engine_asks_a_store_only_what_the_contract_declares():
     """Every method the engine calls on a store is declared, so a third store written to the contract works."""
     declared = set(_declared(Store)) | set(_declared(SharedStore)) | {"path", "conn"}
-    engine = Path(IndexStore.__module__.replace(".", "/")).parents[1]
+    engine = Path(inspect.getfile(IndexStore)).parents[1]
     called = set()
     for module in engine.rglob("*.py"):
         if module.parent.name == "index" and module.stem in ("store", "pg_store", "common", "sqlite_backend"):
@@ -442,32 +443,10 @@ def test_an_open_store_is_a_contract_store(store):
 
 
 def test_the_index_package_has_no_import_cycle_and_no_store_imports_the_other_or_a_copy():
-    import ast
-
-    folder = Path(IndexStore.__module__.replace(".", "/"))
-    folder = Path(__file__).parents[2] / folder.parent
-    graph = {}
-    for module in folder.glob("*.py"):
-        imported = set()
-        for node in ast.walk(ast.parse(module.read_text())):
-            if isinstance(node, ast.ImportFrom) and node.level == 1:
-                imported |= {node.module} if node.module else {alias.name for alias in node.names}
-        graph[module.stem] = imported
+    graph = sibling_imports(Path(inspect.getfile(IndexStore)).parent)
     for store_module in ("store", "pg_store"):
         assert not graph[store_module] & {"store", "pg_store", "keyword_cache", "vector_cache", "copies"}, store_module
-    visiting, done = [], set()
-
-    def visit(name):
-        assert name not in visiting, f"import cycle: {' -> '.join([*visiting, name])}"
-        if name in done:
-            return
-        visiting.append(name)
-        for other in graph.get(name, ()):
-            visit(other)
-        visiting.pop()
-        done.add(name)
-    for name in graph:
-        visit(name)
+    assert_acyclic(graph)
 
 
 @pytest.mark.parametrize("backend", ["sqlite_backend.SqliteBackend", "pg_backend.PostgresBackend"])
