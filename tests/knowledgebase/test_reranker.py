@@ -32,7 +32,7 @@ def local() -> LocalReranker:
 class CountingEngine:
     """A judge that prefers passages holding `liked`, and counts what it was asked."""
 
-    threshold, veto, reads_code = 0.5, 0.0, True
+    threshold, veto, reads_code, weights = 0.5, 0.0, True, reranker.RETRIEVAL_WEIGHT
 
     def __init__(self, liked: str, identity: str = "counting@1"):
         self.liked, self.identity, self.calls = liked, identity, []
@@ -251,14 +251,27 @@ def test_rerank_off_written_plainly_in_yaml_means_off():
     assert parse_knowledgebase(yaml.safe_load("rerank: endpoint")).rerank == "endpoint"
 
 
-def test_candidates_that_are_mostly_program_source_keep_retrievals_order(tree, make_kb):
+def test_candidates_that_are_mostly_program_source_keep_retrievals_order_for_an_engine_that_cannot_read_code(tree, make_kb):
     code = {f"m{i}.py": f"def split_line_{i}(text, width):\n    rows = []\n    for i in range(0, len(text), width):\n"
                          f"        rows.append(text[i:i + width])\n    return rows\n" for i in range(4)}
     kb = make_kb(tree(code), rerank="local")
     kb.index()
+    engine = CountingEngine("split_line_3")
+    engine.reads_code = False
+    kb.rerankers._loaded["local"] = engine
     result = kb.search("how do I split a line of text into rows", k=4)
-    assert result.hits and all(h.rerank_score is None for h in result.hits)
+    assert result.hits and all(h.rerank_score is None for h in result.hits) and engine.calls == []
     assert "program source" in result.rerank.skipped
+
+
+def test_the_shipped_model_reads_code(local):
+    assert local.reads_code
+    wanted = ("def read_config(path):\n    with open(path, encoding='utf-8') as handle:\n"
+              "        return yaml.safe_load(handle) or {}")
+    other = ("def write_log(lines, path):\n    with open(path, 'a', encoding='utf-8') as handle:\n"
+             "        handle.writelines(line + '\\n' for line in lines)")
+    scores = local.scores("load the YAML settings file into a dict", [other, wanted])
+    assert scores[1] > scores[0]
 
 
 def test_a_keyword_search_loads_no_relevance_model(tree, make_kb):

