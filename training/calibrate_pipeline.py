@@ -65,7 +65,7 @@ def held_out(seed: int, distractors: int) -> tuple[list[dict], list[dict]]:
     has look-alikes to get wrong)."""
     rows, passages, passage_of, _, train_idx, val_idx = pairs.prepared(pairs.TRAIN_DIR, random.Random(seed), 10 ** 9)
     chosen = [dict(rows[i], passage=passages[passage_of[i]]) for i in val_idx]
-    code_train, code_held = pairs.code_rows(400)
+    code_train, code_held = pairs.code_rows()
     chosen += [dict(row, passage=row["positive"]) for row in code_held]
     others = [dict(rows[i], passage=passages[passage_of[i]]) for i in train_idx] + \
         [dict(row, passage=row["positive"]) for row in code_train]
@@ -138,14 +138,15 @@ def ndcg(order: list[bool]) -> float:
 
 def blended(one: Asked, weights: tuple[tuple[int, float], ...] | None) -> list[int]:
     """Candidate indices in the order a blend gives (None: retrieval's order)."""
-    if weights is None:
-        return list(range(len(one.retrieval)))
-    score = blended_scores(one, weights)
-    return sorted(range(len(score)), key=lambda i: -score[i])
+    return list(range(len(one.retrieval))) if weights is None else ranked(blended_scores(one, weights))
 
 
 def blended_scores(one: Asked, weights) -> list[float]:
     return [relevance.blend(s, p, rank, weights) for rank, (s, p) in enumerate(zip(one.retrieval, one.judged))]
+
+
+def ranked(scores: list[float]) -> list[int]:
+    return sorted(range(len(scores)), key=lambda i: -scores[i])
 
 
 BLENDS = {"retrieval alone": None, "qmd's": relevance.RETRIEVAL_WEIGHT, "judge alone": ((relevance.DEPTH, 0.0),)}
@@ -174,7 +175,8 @@ def block_of(one: Asked, weights) -> tuple[float, bool]:
     """The judgement the gate reads (the first passage's) and whether the block the hook would send
     holds the answer: the first passage and those within COMPANION_MARGIN of its blended score and
     judged at least COMPANION_RELEVANCE of it, up to max_context_chunks (AutoRetriever.choose)."""
-    order, scores = blended(one, weights), blended_scores(one, weights)
+    scores = blended_scores(one, weights)
+    order = ranked(scores)
     first = order[0]
     block = [i for i in order if scores[i] >= scores[first] - COMPANION_MARGIN
              and one.judged[i] >= COMPANION_RELEVANCE * one.judged[first]][:CHUNKS]

@@ -228,7 +228,10 @@ def permissive_packages(site: Path) -> dict[str, str]:
     return found
 
 
-def code_rows(per_package: int, holdout: int = 40) -> tuple[list[dict], list[dict]]:
+CODE_PER_PACKAGE = 400  # functions taken from each package: training and calibrate_pipeline.py read the same
+
+
+def code_rows(per_package: int = CODE_PER_PACKAGE, holdout: int = 40) -> tuple[list[dict], list[dict]]:
     """(docstring's first sentence -> the function without its docstring) from the permissively
     licensed Python packages installed beside the product, except those benchmarks/ evaluates as its
     code collection (and renamed forks of them: httpx2 is httpx) and the product's own: the model

@@ -44,8 +44,8 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pairs import (REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples, installed_file,  # noqa: E402,F401
-                   keywords, prepared, query_form, statement, triples)
+from pairs import (CODE_PER_PACKAGE, REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples,  # noqa: E402,F401
+                   installed_file, keywords, prepared, query_form, statement, triples)
 
 # ---------------------------------------------------------------- the model
 
@@ -234,9 +234,9 @@ def main() -> int:
     parser.add_argument("--layers", type=int, default=3)
     parser.add_argument("--max-pieces", type=int, default=192)
     parser.add_argument("--queries", type=int, default=32000, help="stage 1: training queries seen (3 pairs each)")
-    parser.add_argument("--stage2-queries", type=int, default=24000,
+    parser.add_argument("--stage2-queries", type=int, default=27000,
                         help="stage 2: queries seen, as claims, keywords and code as well as questions")
-    parser.add_argument("--code-per-package", type=int, default=400, help="stage 2: functions taken from each package")
+    parser.add_argument("--code-per-package", type=int, default=CODE_PER_PACKAGE, help="stage 2: functions taken from each package")
     parser.add_argument("--stage1", type=Path, help="a stage 1 model.pt of the same seed: go straight to stage 2")
     parser.add_argument("--batch", type=int, default=16, help="queries per step")
     parser.add_argument("--lr", type=float, default=7e-5)

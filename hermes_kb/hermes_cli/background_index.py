@@ -116,22 +116,26 @@ class BackgroundIndex:
         threading.Thread(target=body, name="kb-background-index", daemon=True).start()
         return f"Indexing in the background (/kb {line}); /kb status shows its progress."
 
-    def stop(self) -> str:
-        """`/kb stop`: the run under way ends at its next file; its result says so when it does."""
+    def _stop_running(self) -> _Run | None:
+        """Ask the run under way, if any, to stop at its next file; the run asked."""
         with self._lock:
             running = self._running
+        if running is not None:
+            running.stopping.set()
+        return running
+
+    def stop(self) -> str:
+        """`/kb stop`: the run under way ends at its next file; its result says so when it does."""
+        running = self._stop_running()
         if running is None:
             return "No /kb index is running."
-        running.stopping.set()
         return (f"Stopping /kb {running.line} after the file it is on; what it indexed is kept, and the next "
                 f"/kb index goes on from there.")
 
     def _quitting(self) -> None:
         """At exit (Ctrl-C at the prompt, /exit): a run still going ends with the process; say so."""
-        with self._lock:
-            running = self._running
+        running = self._stop_running()
         if running is not None:
-            running.stopping.set()
             sys.stderr.write(f"The background /kb {running.line} stopped as Hermes quit; what it indexed is kept, "
                              f"and the next /kb index goes on from there.\n")
 
