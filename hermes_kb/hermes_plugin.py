@@ -12,8 +12,8 @@ What it registers:
 - `/kb ...` in Hermes's chat and `hermes kb ...` on its command line;
 - a `pre_llm_call` hook adding the cited block to a user turn, never the same
   chunk twice in one session;
-- a `transform_llm_output` hook listing, under an answer, the file behind each
-  [S3] it cites;
+- `post_api_request` and `transform_llm_output` hooks listing, under an answer,
+  the file behind each [S3] it cites, written into the answer Hermes saves;
 - the auxiliary task `knowledgebase_rerank` and a judge over Hermes's models for
   `rerank: llm` (host_judge.py).
 
@@ -373,24 +373,50 @@ class KnowledgebasePlugin:
             return None
         return {"context": fit_block(block.hits, retriever, block.ids, limit=context_limit())}
 
+    def post_api_request(self, session_id: Any = "", platform: Any = "", assistant_message: Any = None,
+                         **_: Any) -> None:
+        """The footer written into the final answer itself, so the saved conversation keeps it: Hermes
+        0.19 saves a turn (turn_finalizer.py, `_persist_session`) before `transform_llm_output` runs, so
+        text that hook appends is shown but never stored, and `/history`, `--resume` and the next turn
+        see a bare [S1]. Hermes builds the reply and its saved row from the `assistant_message` it hands
+        this hook, so an answer (a reply that calls no tool) gets its footer here. A Hermes that passes
+        a copy instead loses only this: transform_llm_output still shows the footer."""
+        try:
+            if assistant_message is None or getattr(assistant_message, "tool_calls", None):
+                return None
+            answer = getattr(assistant_message, "content", None)
+            footer = self._footer(answer, session_id, platform)
+            if footer is not None:
+                assistant_message.content = _footed(answer, footer)
+        except Exception:
+            log.exception("knowledgebase sources footer failed")
+        return None
+
     def transform_llm_output(self, response_text: Any = "", session_id: Any = "", platform: Any = "",
                              **_: Any) -> str | None:
-        """The answer with a `Sources:` footer mapping each [S3] it cites to the file (and lines or page)
-        a person opens; None (the answer unchanged) when it cites no id this session gave out. At the
-        terminal each source carries its absolute path:line; a gateway's members get DIRECTORY/PATH
-        only, not the layout of the host's disk."""
+        """The answer with its `Sources:` footer (already there when post_api_request wrote it), or None
+        (unchanged) when it cites no id this session gave out. Returning the answer marks it transformed,
+        which makes a gateway edit its streamed message into the footed one; at the terminal the footer
+        is also held for the REPL, which prints no streamed answer again."""
         try:
-            if not isinstance(response_text, str) or "[S" not in response_text:
+            footer = self._footer(response_text, session_id, platform)
+            if footer is None:
                 return None
-            citations = self.citations(session_id, create=False)
-            at_terminal = platform in ("", "cli")
-            footer = citations.footer(response_text, absolute=at_terminal) if citations else None
-            if footer and at_terminal:
-                self.streamed_footers.hold(session_id, footer)  # the REPL prints no streamed answer again
-            return f"{response_text.rstrip()}\n\n{footer}" if footer else None
+            if platform in ("", "cli"):
+                self.streamed_footers.hold(session_id, footer)
+            return _footed(response_text, footer)
         except Exception:
             log.exception("knowledgebase sources footer failed")
             return None
+
+    def _footer(self, answer: Any, session_id: Any, platform: Any) -> str | None:
+        """`Sources:` mapping each [S3] the answer cites to the file (and lines or page) a person opens;
+        None when it cites no id this session gave out. At the terminal each source carries its absolute
+        path:line; a gateway's members get DIRECTORY/PATH only, not the layout of the host's disk."""
+        if not isinstance(answer, str) or "[S" not in answer:
+            return None
+        citations = self.citations(session_id, create=False)
+        return citations.footer(answer, absolute=platform in ("", "cli")) if citations else None
 
     # --- registration ------------------------------------------------------------------------
     def register(self, ctx: Any) -> None:
@@ -411,6 +437,7 @@ class KnowledgebasePlugin:
                                  setup_fn=self.setup_cli, handler_fn=self.run_cli,
                                  description="Index and search local knowledgebase directories.")
         ctx.register_hook("pre_llm_call", self.pre_llm_call)
+        ctx.register_hook("post_api_request", self.post_api_request)
         ctx.register_hook("transform_llm_output", self.transform_llm_output)
 
 
@@ -429,6 +456,13 @@ def _announce_at_terminal(text: str) -> None:
 
 
 _BLOCK = re.compile(re.escape(BLOCK_HEADER) + r" ([0-9a-f]{8}):.*?" + re.escape(BLOCK_FOOTER) + r" \1\.", re.S)
+
+
+def _footed(answer: str, footer: str) -> str:
+    """The answer ending in its footer, written once: the answer post_api_request footed comes back to
+    transform_llm_output."""
+    answer = answer.rstrip()
+    return answer if answer.endswith(footer) else f"{answer}\n\n{footer}"
 
 
 def replayed_citations(history: list) -> tuple[list[str], list[dict]]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+import types
 
 import pytest
 
@@ -431,6 +432,28 @@ def test_the_sources_footer_shows_under_an_answer_the_repl_streamed(plugin, monk
         assert "deploy.md" in printed[1] and printed[2:] == ["(box closed)"]
     else:
         assert printed == ["(nothing streamed)", "(nothing streamed)"]
+
+
+def test_the_footer_is_written_into_the_answer_hermes_saves(plugin, monkeypatch):
+    """Hermes saves a turn before transform_llm_output; the reply and the saved row are built from the
+    message post_api_request is given, so the footer written there is kept with the conversation."""
+    printed: list[str] = []
+    repl = _fake_repl_module(monkeypatch, printed)
+    plugin.pre_llm_call(**_turn("s", "When does the zeppelin rollout run canary checks?"))
+    calling = types.SimpleNamespace(content="Let me look [S1].", tool_calls=[{"id": "call_1"}])
+    plugin.post_api_request(session_id="s", platform="cli", assistant_message=calling)
+    assert calling.content == "Let me look [S1]."  # a reply that calls a tool is not the answer
+    unknown = types.SimpleNamespace(content="Tuesdays [S7].", tool_calls=None)
+    plugin.post_api_request(session_id="s", platform="cli", assistant_message=unknown)
+    assert unknown.content == "Tuesdays [S7]."  # an id this session never gave out
+    answer = types.SimpleNamespace(content="Tuesdays [S1].", tool_calls=None)
+    plugin.post_api_request(session_id="s", platform="cli", assistant_message=answer)
+    body, _, footer = answer.content.partition("\n\nSources:\n")
+    assert body == "Tuesdays [S1]." and footer.startswith("[S1] docs/deploy.md")
+    shown = plugin.transform_llm_output(response_text=answer.content, session_id="s", platform="cli")
+    assert shown == answer.content and shown.count("Sources:") == 1  # footed once, still marked transformed
+    repl("s", True)._flush_stream()
+    assert printed[1].lstrip() == "Sources:\n" + footer  # the REPL that streamed the bare answer shows it
 
 
 def test_a_gateway_answer_holds_no_footer_for_a_terminal(plugin, monkeypatch):

@@ -127,7 +127,7 @@ def test_register_declares_five_tools_the_command_the_cli_verb_and_the_hook(herm
     assert {"query", "searches", "intent"} <= set(tools["kb_search"]["schema"]["parameters"]["properties"])
     assert [c["name"] for c in ctx.calls["register_command"]] == ["kb"]
     assert [c["name"] for c in ctx.calls["register_cli_command"]] == ["kb"]
-    assert [c["hook_name"] for c in ctx.calls["register_hook"]] == ["pre_llm_call", "transform_llm_output"]
+    assert [c["hook_name"] for c in ctx.calls["register_hook"]] == ["pre_llm_call", "post_api_request", "transform_llm_output"]
     # No directory configured: the tools stay hidden; a call still answers with one sentence.
     assert tools["kb_status"]["check_fn"]() is False
     assert "No knowledgebase directories" in json.loads(tools["kb_status"]["handler"]({}, task_id="t"))["error"]

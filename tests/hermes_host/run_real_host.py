@@ -242,8 +242,8 @@ def through_cli(venv: Path, env: dict, work: Path) -> None:
     check(seen["tools"] == ["kb_index", "kb_read", "kb_search", "kb_status"],
           "four tools registered: kb_clear only where allow_model_clear lets it run", seen)
     check(seen["definitions"] == ["kb_index", "kb_read", "kb_search", "kb_status"], "the four offered", seen)
-    check(seen["toolsets"] == ["knowledgebase"] and seen["hooks"] == ["pre_llm_call", "transform_llm_output"] and seen["commands"] == ["kb"],
-          "toolset knowledgebase, the pre_llm_call and transform_llm_output hooks and /kb", seen)
+    check(seen["toolsets"] == ["knowledgebase"] and seen["hooks"] == ["pre_llm_call", "post_api_request", "transform_llm_output"] and seen["commands"] == ["kb"],
+          "toolset knowledgebase, the pre_llm_call, post_api_request and transform_llm_output hooks and /kb", seen)
     check("kb" in seen["slash_status"] and "3" in seen["slash_status"], "/kb status lists the index", seen["slash_status"])
     check("error" in seen["clear"] and "cleared" not in seen["clear"], "kb_clear from a tool call is refused",
           seen["clear"])
@@ -421,6 +421,15 @@ def through_repl(venv: Path, env: dict, work: Path) -> None:
         check(0 <= answer < footer and shown.count("Sources:") == 1 and "[S1]" in shown[footer:footer + 300]
               and "deploy.md" in shown[footer:footer + 300],
               "under the answer the REPL streamed, the file behind [S1]", shown[-1500:])
+        # The footer is part of the answer Hermes keeps: /history shows it under the answer.
+        asked = len(terminal.seen)
+        terminal.type("/history")
+        terminal.expect("Conversation History", 30)
+        terminal.read(2)
+        history = terminal.seen[asked:]
+        answer = history.rfind("every Tuesday")
+        check(0 <= answer < history.find("Sources:", answer) and "[S1] kb/deploy.md" in history[answer:],
+              "/history shows the streamed answer with its footer", history[-1500:])
     finally:
         terminal.close()
 
@@ -447,6 +456,9 @@ def through_resume(venv: Path, env: dict, work: Path, server: FakeOpenAI) -> Non
     check(meaning and all(len(paths) == 1 for paths in meaning.values()),
           f"across the resumed session every id names one passage ({meaning})")
     blocks = sum(str(m.get("content")).count("[S1] kb/deploy.md") for m in final["messages"] if m.get("role") == "user")
+    saved = [str(m.get("content")) for m in final["messages"] if m.get("role") == "assistant" and FINAL_ANSWER in str(m.get("content"))]
+    check(saved and "Sources:\n[S1] kb/deploy.md lines" in saved[0],
+          "the answer the session saved kept its footer (Hermes saves a turn before transform_llm_output)", saved)
     check(blocks == 1, "deploy.md was injected once across both processes", blocks)
 
 

@@ -85,7 +85,7 @@ def test_a_directory_may_name_its_own_model_and_the_rest_keep_the_knowledgebase_
      "knowledgebase.directories[0].exclud is not a known setting of a directory entry; did you mean exclude?"),
     ({"directories": [{"path": "/tmp/x", "colour": 1}]},
      "knowledgebase.directories[0].colour is not a known setting of a directory entry, which accepts path, name, "
-     "index_path, exclude, embedding_model, chunk_size, chunk_overlap."),
+     "index_path, exclude, embedding_model, inline_tags, chunk_size, chunk_overlap."),
     ({"directories": [{"path": "/tmp/x", "embedding_model": "multilingal"}]},
      "knowledgebase.directories[0].embedding_model.backend must be one of local, multilingual, openai, ollama, "
      "not 'multilingal'."),
@@ -178,3 +178,14 @@ def test_store_url_variables_are_percent_encoded_inside_a_url_and_taken_whole_al
     assert parse_knowledgebase({"store": "sqlite"}).store.backend == "sqlite"
     with pytest.raises(ConfigError, match="store.url is for the postgres backend"):
         parse_knowledgebase({"store": {"url": "postgresql://h/db"}})
+
+
+def test_inline_tags_is_a_switch_globally_and_per_directory():
+    config = parse_knowledgebase({"inline_tags": False, "directories": ["/tmp/a", {"path": "/tmp/b", "inline_tags": True}]})
+    assert config.inline_tags == "off"  # YAML's bare off
+    assert [d.inline_tags for d in config.directories] == ["off", "on"]  # a directory inherits, or says its own
+    assert parse_knowledgebase({}).directories == () and parse_knowledgebase({}).inline_tags == "auto"
+    typo = parse_knowledgebase({"inline_tags": "sometimes"})
+    assert typo.inline_tags == "auto" and "inline_tags must be one of auto, on, off" in typo.warnings[0]
+    with pytest.raises(ConfigError, match=r"directories\[0\]\.inline_tags must be one of auto, on, off"):
+        parse_knowledgebase({"directories": [{"path": "/tmp/a", "inline_tags": "yes please"}]})

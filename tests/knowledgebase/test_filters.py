@@ -85,15 +85,54 @@ def test_filter_values_are_checked_before_any_search():
 def test_a_notes_tags_and_date_are_its_metadata():
     note = "---\ntags: [Roadmap, q3]\ncreated: 2025-01-02\nupdated: 2026-11-20T10:00:00\n---\n# Plan\n\nThe #infra/db work.\n"
     meta = load(note.encode(), "markdown").metadata
-    assert meta.tags == ("Roadmap", "q3", "infra/db")
+    assert meta.tags == ("Roadmap", "q3") and meta.inline_tags == ("infra/db",)  # the indexer decides on inline ones
     assert meta.dated == dt.datetime(2026, 11, 20, 10).timestamp()  # the last change, not the creation
     plain = load(b"# Log\n\nFixed the #bug in `#define`.\n\n```\n#not-a-tag\n```\n", "markdown").metadata
-    assert plain.tags == ("bug",) and plain.dated is None
+    assert plain.inline_tags == ("bug",) and plain.tags == () and plain.dated is None
     linked = load(b'---\ntitle: package.json\n---\nSee [engines](#engines), <a href="#local-paths">paths</a>, '
                   b"<a href='#bin'>bin</a> and the #release tag.\n", "markdown")
-    assert linked.metadata.tags == ("release",) and linked.text.startswith("# package.json · #release\n")  # not its links
+    assert linked.metadata.inline_tags == ("release",)  # not its links
+    assert linked.text.startswith("# package.json\n")  # an inline #word heads nothing: it is in the text already
     odd = load(b'---\ndate: 0001-01-01\nupdated: someday\ntags: ["two\\nlines", 7]\n---\nbody\n', "markdown").metadata
     assert odd.dated is None and odd.tags == ("two lines", "7")  # no date the clock cannot place; tags one line
+
+
+NOTES = {"standup.md": "# Standup\n\nPosted the release notes in #deploys after the #infra/db move.\n",
+         "plan.md": "---\ntags: [roadmap]\n---\n# Plan\n\nThe #infra/db work, then the release.\n"}
+
+
+@pytest.mark.parametrize("where, setting, inline", [
+    ("a folder of notes", None, False),
+    ("an Obsidian vault", None, True),  # .obsidian at the vault's root, the folder below it
+    ("a Logseq graph", None, True),
+    ("a folder of notes", "on", True),
+    ("an Obsidian vault", "off", False),
+])
+def test_inline_hashtags_are_tags_where_the_folder_writes_tags_so(tree, make_kb, where, setting, inline):
+    """`#deploys` in prose outside a vault is a chat channel's name; in a vault it is a tag; the
+    directory's inline_tags says it where the folder cannot."""
+    files = {f"notes/{name}": text for name, text in NOTES.items()}
+    if where == "an Obsidian vault":
+        files[".obsidian/app.json"] = "{}"
+    elif where == "a Logseq graph":
+        files["logseq/config.edn"] = "{}"
+    root = tree(files)
+    kb = make_kb(root / "notes", **({"inline_tags": setting} if setting else {}))
+    kb.index()
+    found = {tag: sorted(h.path for h in kb.search("release", k=5, min_score=0, tags=[tag]).hits)
+             for tag in ("deploys", "infra/db", "roadmap")}
+    assert found["roadmap"] == ["plan.md"]  # front matter's tags count everywhere
+    assert found["deploys"] == (["standup.md"] if inline else [])
+    assert found["infra/db"] == (["plan.md", "standup.md"] if inline else [])
+
+
+def test_changing_inline_tags_rereads_the_notes(tree, make_kb):
+    root = tree({f"notes/{name}": text for name, text in NOTES.items()})
+    make_kb(root / "notes").index()
+    kb = make_kb(root / "notes", inline_tags="on")
+    summary = kb.index()[0]
+    assert summary.changed == 2  # nothing on disk changed, what a #word is did
+    assert [h.path for h in kb.search("release", k=5, min_score=0, tags=["deploys"]).hits] == ["standup.md"]
 
 
 def vault(tree, notes: int = 60, tagged: int = 5):

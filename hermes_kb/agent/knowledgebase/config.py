@@ -109,6 +109,7 @@ class DirectoryConfig:
     exclude: tuple[str, ...] = ()
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
     embedding: EmbeddingConfig | None = None  # its own embedding_model; None: the knowledgebase's
+    inline_tags: str = "auto"  # whether a note's `#word` is a tag: on, off, auto (in an Obsidian or Logseq vault)
 
     def resolved_index_path(self, hermes_home: Path) -> Path:
         """Default location keys the file on the absolute path, so two roots with one name never collide."""
@@ -140,6 +141,7 @@ class KnowledgebaseConfig:
     exclude: tuple[str, ...] = ()
     embedding: EmbeddingConfig = field(default_factory=EmbeddingConfig)
     chunking: ChunkingConfig = field(default_factory=ChunkingConfig)
+    inline_tags: str = "auto"  # each directory's default (DirectoryConfig.inline_tags)
     alpha: float = 0.7
     fusion: str = "weighted"
     rrf_k: int = 60
@@ -211,7 +213,8 @@ class KnowledgebaseConfig:
             close = did_you_mean(path, taken)
             hint = f"; did you mean {close}?" if close else (f" (the directories: {', '.join(sorted(taken))})." if taken else ".")
             raise ConfigError(f"{path} is neither the name of a knowledgebase directory nor an existing folder{hint}")
-        return DirectoryConfig(path=root, name=unique_name(root, taken), chunking=self.chunking)
+        return DirectoryConfig(path=root, name=unique_name(root, taken), chunking=self.chunking,
+                               inline_tags=self.inline_tags)
 
 
 def _default_name(root: Path) -> str:
@@ -316,6 +319,7 @@ _SCALARS: dict[str, Callable[[str, Any], Any]] = {
     "allow_model_clear": _bool,
     "gateway_full_access": _bool,
     "allow_secrets": _globs,
+    "inline_tags": lambda key, value: _choice(SWITCHES)(key, _switch(value)),
 }
 _CHUNKING_KEYS = {"chunk_size": _number(int, 32, 2000), "chunk_overlap": _number(int, 0, 1000)}
 # `embedding` is an older spelling of `embedding_model`, still read.
@@ -323,7 +327,7 @@ _KNOWN_TOP = (*_SCALARS, *_CHUNKING_KEYS, "directories", "embedding_model", "emb
 # Settings whose bad value is refused rather than ignored: ignoring `exclude` would index what the user
 # meant to keep out. A bad tuning number or switch costs only itself: warned about, its default used.
 _STRICT = ("exclude",)
-_KNOWN_DIRECTORY = ("path", "name", "index_path", "exclude", "embedding_model", *_CHUNKING_KEYS)
+_KNOWN_DIRECTORY = ("path", "name", "index_path", "exclude", "embedding_model", "inline_tags", *_CHUNKING_KEYS)
 _KNOWN_EMBEDDING = ("backend", "model", "model_path", "base_url", "api_key_env", "batch_size", "runtime",
                     "int8_activations")
 RUNTIMES = ("auto", "openvino", "onnxruntime")
@@ -457,6 +461,8 @@ def _directory(entry: Any, position: int, base: KnowledgebaseConfig) -> Director
         exclude=_globs(f"{where}.exclude", entry.get("exclude")),
         chunking=_chunking(entry, f"{where}.", base.chunking),
         embedding=_embedding(entry, f"{where}.") if entry.get("embedding_model") is not None else None,
+        inline_tags=(_choice(SWITCHES)(f"{where}.inline_tags", _switch(entry["inline_tags"]))
+                     if "inline_tags" in entry else base.inline_tags),
     )
 
 

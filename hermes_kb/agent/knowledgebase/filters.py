@@ -37,6 +37,10 @@ class FileMetadata:
     tags: tuple[str, ...] = ()
     dated: float | None = None  # epoch seconds of its front matter date; None: its mtime stands
     recognised: tuple[int, ...] = ()  # the parts (PDF pages, 1-based) whose text OCR made; (1,) an image
+    # A note's inline #tags: tags only where the folder writes them so (a vault; config's inline_tags),
+    # which the reader cannot see, so the indexer decides (indexer.tags_read). Elsewhere `#deploys` in
+    # prose is a chat channel's name, not a tag.
+    inline_tags: tuple[str, ...] = ()
 
 
 def pack_parts(parts: tuple[int, ...]) -> str:

@@ -46,7 +46,9 @@ from .file_access import read_inside
 from .index import keyword_cache, vector_cache
 from .index.contract import FileRefused, FileRow, Store, StoreError
 from .index.local_files import index_files
+from .filters import FileMetadata
 from .kinds.document import cured_skip
+from .kinds.text import in_a_vault
 from .ocr import Ocr
 from .scanner import ScannedFile, scan
 
@@ -160,6 +162,7 @@ class _Run:
         self.model_failure: Exception | None = None  # raised once every file is keyword-searchable
         self.journal_was_open = store.reembed_pending()  # a run before this one left chunks without vectors
         self.passing_skips: list[tuple[str, str]] = []  # skips not recorded in the files table: told once
+        self.inline_tags = reads_inline_tags(directory)
 
     def _embedder(self) -> Embedder:
         if self.embedder is None:
@@ -332,7 +335,8 @@ class _Run:
             self.store.set_meta(reembed_pending=1)  # the journal: these chunks wait for vectors
         try:
             ids = self.store.write_file(file.rel_path, file.size, file.mtime_ns, digest, file.kind, chunks,
-                                        [known.get(c.content_hash) for c in chunks], metadata=document.metadata)
+                                        [known.get(c.content_hash) for c in chunks],
+                                        metadata=tags_read(document.metadata, self.inline_tags))
         except FileRefused as exc:
             self.passing_skips.append((file.rel_path, str(exc)))
             self.progress.advance(files=1)
@@ -375,7 +379,9 @@ class _Run:
             existing = {path: row for path, row in existing.items() if path in self.only}
         # A re-embed cut short left files whose chunks have no vectors: they are redone, whatever their stat.
         unfinished = self.store.files_without_vectors() if self.store.reembed_pending() else set()
-        signature = f"{chunker_signature(self.directory.chunking)}:secrets={SECRETS_VERSION}"
+        # Whether #words are tags is part of what a file's reading gives: a change re-reads every file.
+        signature = (f"{chunker_signature(self.directory.chunking)}:secrets={SECRETS_VERSION}"
+                     + ("" if self.inline_tags else ":inline_tags=off"))
         if not existing:
             self.store.set_meta(chunker=signature)
         rechunk = self.full or self.store.meta("chunker") != signature
@@ -483,3 +489,20 @@ def index_directory(directory: DirectoryConfig, config: KnowledgebaseConfig, sto
     a search refreshing its stale hits must not index a hundred unrelated new files); the caller
     holds the writer lock."""
     return _Run(directory, config, store, embedder_factory, progress or NullProgress(), full, only, ocr).run()
+
+
+def reads_inline_tags(directory: DirectoryConfig) -> bool:
+    """Whether a note's `#word` is a tag in this folder: as configured, or (auto) where the folder is
+    in an Obsidian or Logseq vault, whose notes write tags so. Elsewhere `#deploys` is a chat channel's
+    name in prose, and a search filtered by tags should not find it."""
+    if directory.inline_tags != "auto":
+        return directory.inline_tags == "on"
+    return in_a_vault(directory.path)
+
+
+def tags_read(metadata: FileMetadata, inline: bool) -> FileMetadata:
+    """The file's tags as the index keeps them: front matter's, then its inline ones where they count."""
+    if not metadata.inline_tags:
+        return metadata
+    tags = tuple(dict.fromkeys(metadata.tags + metadata.inline_tags)) if inline else metadata.tags
+    return replace(metadata, tags=tags, inline_tags=())

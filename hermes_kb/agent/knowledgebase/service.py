@@ -318,7 +318,8 @@ class KnowledgeBase:
                 found.append((None, Orphan(path, root, "it no longer matches its folder's path")))
             else:
                 directory = DirectoryConfig(path=Path(root), name=name if name not in taken else unique_name(Path(root), taken),
-                                            index_path=path, chunking=self.config.chunking)
+                                            index_path=path, chunking=self.config.chunking,
+                                            inline_tags=self.config.inline_tags)
                 taken.add(directory.name)
                 found.append((directory, None))
         if self.backend.shared:  # on a shared server the rest are other hosts' indexes, not orphans

@@ -8,6 +8,7 @@ import csv
 import io
 import re
 from collections.abc import Callable
+from pathlib import Path
 
 from ..filters import DATE_KEYS, FileMetadata, front_matter_date
 from .document import Document, LoadError, decode_text
@@ -107,25 +108,33 @@ def _words(value: object) -> list[str]:
     return [word for word in words if word]
 
 
-def note_tags(values: dict, body: str) -> list[str]:
-    """Front matter tags, then the body's inline #tags (outside code), each once."""
-    prose = _FENCE.sub("", body)
-    inline = [tag.rstrip("/-") for tag in _INLINE_TAG.findall(prose)]
-    return list(dict.fromkeys(_words(values.get("tags") or values.get("tag")) + inline))
+def inline_tags(body: str) -> tuple[str, ...]:
+    """The body's inline #tags (outside code), each once."""
+    return tuple(dict.fromkeys(tag.rstrip("/-") for tag in _INLINE_TAG.findall(_FENCE.sub("", body))))
+
+
+# Folders whose notes write tags inline, found at a folder's root or above it (a vault's subfolder is
+# in the vault): Obsidian's settings folder and Logseq's config.
+VAULT_MARKERS = (".obsidian", "logseq/config.edn")
+
+
+def in_a_vault(folder: Path) -> bool:
+    return any((place / marker).exists() for place in (folder, *folder.parents) for marker in VAULT_MARKERS)
 
 
 def read_markdown(data: bytes, kind: str) -> Document:
     """A note's front matter read, not indexed as prose, on the same lines (so citations and kb_read
     keep the file's line numbers): its title, aliases and dates become lines of their own, and its
     tags join the note's first H1 (or a title line made of the front matter's title), so they head
-    the note's chunks and count in search. Its tags (with the inline #tags of a note without front
-    matter) and its date are the file's metadata, which search filters read."""
+    the note's chunks and count in search. Its tags, its inline #tags and its date are the file's
+    metadata, which search filters read."""
     text = decode_text(data)
     values, end = front_matter(text)
     if not end:
-        return Document(text, kind, metadata=FileMetadata(tuple(note_tags({}, text))))
+        return Document(text, kind, metadata=FileMetadata(inline_tags=inline_tags(text)))
     block, body = text[:end], text[end:]
-    tags = note_tags(values, body)
+    tags = list(dict.fromkeys(_words(values.get("tags") or values.get("tag"))))
+    inline = inline_tags(body)
     marks = " ".join(f"#{tag}" for tag in tags)
     title = " ".join(str(values.get("title") or "").split())
     lines = []
@@ -145,7 +154,7 @@ def read_markdown(data: bytes, kind: str) -> Document:
         lines = lines[:room - 1] + [" · ".join(lines[room - 1:])]
     rewritten = "\n".join(lines + [""] * (room - len(lines)))
     return Document(rewritten + ("\n" if block.endswith("\n") else "") + body, kind,
-                    metadata=FileMetadata(tuple(tags), front_matter_date(values)))
+                    metadata=FileMetadata(tuple(tags), front_matter_date(values), inline_tags=inline))
 
 
 _ORG_HEADING = re.compile(r"^(\*+)\s+(.*)$")
