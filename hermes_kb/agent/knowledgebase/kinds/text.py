@@ -119,7 +119,14 @@ VAULT_MARKERS = (".obsidian", "logseq/config.edn")
 
 
 def in_a_vault(folder: Path) -> bool:
-    return any((place / marker).exists() for place in (folder, *folder.parents) for marker in VAULT_MARKERS)
+    return any(_exists(place / marker) for place in (folder, *folder.parents) for marker in VAULT_MARKERS)
+
+
+def _exists(path: Path) -> bool:
+    try:
+        return path.exists()
+    except OSError:  # a folder above that may not be looked into: no vault the user can have made there
+        return False
 
 
 def read_markdown(data: bytes, kind: str) -> Document:
