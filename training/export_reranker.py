@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train_reranker as recipe  # noqa: E402
 
 PACKAGE_DIR = recipe.REPO / "hermes_kb" / "agent" / "knowledgebase" / "models" / "reranker"
-NAME, VERSION = "hermes-kb-relevance-minilm-l3", "1.1"
+NAME, VERSION = "hermes-kb-relevance-minilm-l3", "1.2"
 MIN_QUANTIZED = 16384  # initializers with fewer values stay fp32 (biases, norms, the head)
 
 

@@ -118,11 +118,15 @@ def bm25_top(queries: list[str], passages: list[str], k: int, k1: float = 1.2, b
 
 
 def triples(rows: list[dict], passages: list[str], passage_of: list[int], top: np.ndarray,
-            rng: random.Random) -> list[tuple[str, str, str, str]]:
-    """(query, positive, hard negative, second negative) for each training row."""
+            rng: random.Random, akin: bool = False) -> list[tuple[str, ...]]:
+    """(query, positive, hard negative, second negative) for each training row; with `akin`, a third
+    negative: the answer to the most similar question about another page, article or module (the right
+    kind of answer about another thing: "symptoms of Ascher syndrome" against another syndrome's
+    symptoms, what the gate opened on for near-misses)."""
     by_group: dict[str, list[int]] = defaultdict(list)
     for row, p in zip(rows, passage_of):
         by_group[row["group"]].append(p)
+    similar = bm25_top([row["query"] for row in rows], [row["query"] for row in rows], k=10) if akin else None
     out = []
     for i, row in enumerate(rows):
         pos = passage_of[i]
@@ -137,7 +141,13 @@ def triples(rows: list[dict], passages: list[str], passage_of: list[int], top: n
             second = rng.randrange(len(passages))
             while second == pos:
                 second = rng.randrange(len(passages))
-        out.append((row["query"], passages[pos], passages[hard_neg], passages[second]))
+        if similar is None:
+            out.append((row["query"], passages[pos], passages[hard_neg], passages[second]))
+            continue
+        other = next((passage_of[j] for j in similar[i] if rows[j]["group"] != row["group"]
+                      and passages[passage_of[j]] != passages[pos] and passage_of[j] not in (hard_neg, second)), None)
+        if other is not None:
+            out.append((row["query"], passages[pos], passages[hard_neg], passages[second], passages[other]))
     return out
 
 
@@ -262,11 +272,11 @@ def code_rows(per_package: int = CODE_PER_PACKAGE, holdout: int = 40) -> tuple[l
     return train, held
 
 
-def code_triples(rows: list[dict], rng: random.Random) -> tuple[list[tuple[str, str, str, str]], list[str], list[int], np.ndarray]:
+def code_triples(rows: list[dict], rng: random.Random, akin: bool = False) -> tuple[list[tuple[str, ...]], list[str], list[int], np.ndarray]:
     """Code rows as training triples (BM25 hard negatives among the other functions); also the pool
     and its BM25 top 20, which validation reuses."""
     passages = sorted({r["positive"] for r in rows})
     index_of = {p: i for i, p in enumerate(passages)}
     passage_of = [index_of[r["positive"]] for r in rows]
     top = bm25_top([r["query"] for r in rows], passages, k=20)
-    return triples(rows, passages, passage_of, top, rng), passages, passage_of, top
+    return triples(rows, passages, passage_of, top, rng, akin), passages, passage_of, top

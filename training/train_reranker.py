@@ -22,6 +22,9 @@ The recipe, and why:
   them the ways a knowledgebase is searched: as claims (a question and its answer made a statement),
   as bare keywords, and a quarter of its queries are code (a docstring's first sentence -> the
   function), so the model judges statements, keyword searches and source rather than questions alone.
+- Stage 3 (from stage 2's weights) adds to each query a third negative, the answer to the most similar
+  question about another page, article or module: the right kind of answer about another thing, which
+  the gate opened on for a collection's near-misses.
 - Validation keeps whole pages/articles (and code modules) out of training (grouped split) and ranks
   each held-out query's positive among its BM25 top 20; then export_reranker.py writes the package's
   files and calibrate_pipeline.py chooses the blend and the gate's bars through the product's own
@@ -196,22 +199,23 @@ def evaluate(model: CrossEncoder, tok: PairTokenizer, rows: list[dict], passages
 
 def train_steps(model: CrossEncoder, tok: PairTokenizer, data: list, batch: int, lr: float, say, label: str,
                 checkpoint: Path) -> None:
-    """AdamW with 5% warm-up and linear decay over `data`'s (query, positive, negative, negative)."""
+    """AdamW with 5% warm-up and linear decay over `data`'s (query, positive, negatives...)."""
     steps = len(data) // batch
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     warmup = max(1, steps // 20)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimiser, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup))))
     bce = nn.BCEWithLogitsLoss()
-    labels = torch.tensor([1.0, 0.0, 0.0])
+    listed = len(data[0]) - 1  # the positive and its negatives
+    labels = torch.tensor([1.0] + [0.0] * (listed - 1))
     model.train()
     started = time.time()
     for step in range(steps):
         chunk = data[step * batch:(step + 1) * batch]
-        queries = [q for t in chunk for q in (t[0],) * 3]
+        queries = [q for t in chunk for q in (t[0],) * listed]
         texts = [p for t in chunk for p in t[1:]]
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits = model(*tok.batch(queries, texts)).float().view(-1, 3)
+            logits = model(*tok.batch(queries, texts)).float().view(-1, listed)
         loss = nn.functional.cross_entropy(logits, torch.zeros(len(chunk), dtype=torch.long)) + \
             bce(logits, labels.expand_as(logits))
         loss.backward()
@@ -237,7 +241,12 @@ def main() -> int:
     parser.add_argument("--stage2-queries", type=int, default=27000,
                         help="stage 2: queries seen, as claims, keywords and code as well as questions")
     parser.add_argument("--code-per-package", type=int, default=CODE_PER_PACKAGE, help="stage 2: functions taken from each package")
+    parser.add_argument("--akin-queries", type=int, default=12000,
+                        help="stage 3: queries seen with a third negative, the answer to the most similar question "
+                             "about another page")
+    parser.add_argument("--akin-lr", type=float, default=3e-5)
     parser.add_argument("--stage1", type=Path, help="a stage 1 model.pt of the same seed: go straight to stage 2")
+    parser.add_argument("--stage2", type=Path, help="a stage 2 model.pt of the same seed: go straight to stage 3")
     parser.add_argument("--batch", type=int, default=16, help="queries per step")
     parser.add_argument("--lr", type=float, default=7e-5)
     parser.add_argument("--stage2-lr", type=float, default=4e-5)
@@ -249,6 +258,8 @@ def main() -> int:
     parser.add_argument("--package-dir", type=Path, default=REPO / "hermes_kb" / "agent" / "knowledgebase" / "models" / "reranker",
                         help="where the exported model goes (default: the package's)")
     args = parser.parse_args()
+    if args.stage2 and not args.akin_queries:
+        parser.error("--stage2 starts stage 3, which --akin-queries sizes")
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
@@ -275,36 +286,49 @@ def main() -> int:
     tokenizer_path = args.tokenizer or installed_file(TOKENIZER)
     tok = PairTokenizer(tokenizer_path, args.max_pieces)
     model = CrossEncoder(args.layers)
-    if args.stage1:
-        model.load_state_dict(torch.load(args.stage1, map_location="cpu"))
-        say(f"stage 1: {args.stage1}")
+    if args.stage1 or args.stage2:
+        model.load_state_dict(torch.load(args.stage2 or args.stage1, map_location="cpu"))
+        say(f"stage {2 if args.stage2 else 1}: {args.stage2 or args.stage1}")
     else:
         missing = model.load_state_dict(minilm_weights(onnx_path, args.layers), strict=False)
         say(f"start weights: {onnx_path} (missing: {missing.missing_keys})")
         say(f"before training: {json.dumps(evaluate(model, tok, val[0][:200], passages, val[1][:200], val[2][:200]))}")
         train_steps(model, tok, data, args.batch, args.lr, say, "stage 1", args.out / "stage1.pt")
-    stage1 = evaluate(model, tok, *val[:1], passages, *val[1:])
+    stage1 = None if args.stage2 else evaluate(model, tok, *val[:1], passages, *val[1:])
     say(f"after stage 1: {json.dumps(stage1)}")
 
-    # Stage 2, with its own seed so that it is the same whether stage 1 ran now or was loaded.
-    rng2 = random.Random(args.seed + 1)
-    torch.manual_seed(args.seed + 1)
-    asked = [dict(row, query=query_form(row, rng2)) for row in train_rows]
-    text_data = triples(asked, passages, train_passage_of, train_top, rng2)
     code_train, code_held = code_rows(args.code_per_package)
-    code_data, *_ = code_triples(code_train, rng2)
-    say(f"stage 2: {len(text_data)} text queries, {len(code_data)} code queries ({len(code_held)} held out)")
-    code_share = args.stage2_queries // 4
-    rng2.shuffle(text_data)
-    rng2.shuffle(code_data)
-    mixed = text_data[:args.stage2_queries - code_share] + (code_data * math.ceil(code_share / len(code_data)))[:code_share]
-    rng2.shuffle(mixed)
-    train_steps(model, tok, mixed, args.batch, args.stage2_lr, say, "stage 2", args.out / "model.pt")
+
+    def searched(seed: int, queries: int, akin: bool) -> list[tuple[str, ...]]:
+        """Training queries asked the ways a knowledgebase is searched, a quarter of them code. Each
+        stage has its own seed, so it is the same whether the stage before ran now or was loaded."""
+        rng_stage = random.Random(seed)
+        torch.manual_seed(seed)
+        asked = [dict(row, query=query_form(row, rng_stage)) for row in train_rows]
+        text_data = triples(asked, passages, train_passage_of, train_top, rng_stage, akin)
+        code_data, *_ = code_triples(code_train, rng_stage, akin)
+        say(f"{len(text_data)} text queries, {len(code_data)} code queries ({len(code_held)} held out)")
+        code_share = queries // 4
+        rng_stage.shuffle(text_data)
+        rng_stage.shuffle(code_data)
+        mixed = text_data[:queries - code_share] + (code_data * math.ceil(code_share / len(code_data)))[:code_share]
+        rng_stage.shuffle(mixed)
+        return mixed
+
+    if not args.stage2:
+        mixed = searched(args.seed + 1, args.stage2_queries, akin=False)
+        train_steps(model, tok, mixed, args.batch, args.stage2_lr, say, "stage 2", args.out / "stage2.pt")
+    final = args.out / "stage2.pt"
+    if args.akin_queries:
+        akin = searched(args.seed + 2, args.akin_queries, akin=True)
+        final = args.out / "model.pt"
+        train_steps(model, tok, akin, args.batch, args.akin_lr, say, "stage 3", final)
 
     figures = evaluate(model, tok, *val[:1], passages, *val[1:])
     figures["stage1"] = stage1
     figures["forms"] = validation_forms(model, tok, val[0], passages, val[1], code_held)
-    figures.update({"pairs_seen": 3 * (len(data) + len(mixed)), "queries_seen": len(data) + len(mixed),
+    seen = len(data) + args.stage2_queries + args.akin_queries  # the recipe's, stages loaded from a file included
+    figures.update({"pairs_seen": 3 * (len(data) + args.stage2_queries) + 4 * args.akin_queries, "queries_seen": seen,
                     "train_seconds": round(time.time() - started), "layers": args.layers,
                     "max_pieces": args.max_pieces, "seed": args.seed, "torch": torch.__version__,
                     "threads": args.threads})
@@ -312,7 +336,7 @@ def main() -> int:
     (args.out / "figures.json").write_text(json.dumps(figures, indent=2))
     import export_reranker
 
-    card = export_reranker.export(args.out / "model.pt", args.layers, args.max_pieces, args.package_dir, figures)
+    card = export_reranker.export(final, args.layers, args.max_pieces, args.package_dir, figures)
     card = export_reranker.calibrate(args.package_dir, args.train_dir, args.seed, args.validation)
     say(f"exported to {args.package_dir}: {json.dumps(card)}")
     # The blend and the gate's bars, through the product's own retrieval (its venv: no PyTorch there).
