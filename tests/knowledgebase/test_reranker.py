@@ -40,6 +40,9 @@ class CountingEngine:
     def reads(self, query: str) -> bool:
         return True
 
+    def reads_passage(self, text: str) -> bool:
+        return True
+
     def scores(self, query, passages):
         self.calls.append(len(passages))
         return [0.95 if self.liked in p else 0.05 for p in passages]
@@ -141,6 +144,25 @@ def test_a_query_the_model_cannot_read_is_not_judged(tree, make_kb):
     result = kb.search("Wie erstellt man ein komprimiertes Archiv?", k=3)
     assert result.hits and result.hits[0].rerank_score is None
     assert "does not read" in result.rerank.skipped
+
+
+def test_the_model_reads_passages_in_scripts_it_learned_and_no_others(local):
+    assert local.reads_passage("To create a gzipped archive of a folder run tar -czf backup.tar.gz folder.")
+    assert local.reads_passage("Mit tar -czf erstellt man ein komprimiertes Archiv eines Ordners.")
+    assert not local.reads_passage("لإنشاء أرشيف مضغوط لمجلد، شغّل الأمر tar مع الخيارات المناسبة.")
+    assert not local.reads_passage("要创建文件夹的压缩档案，请运行 tar 命令。")
+    assert not local.reads_passage("Чтобы создать сжатый архив папки, выполните команду tar.")
+
+
+def test_an_english_question_about_pages_in_another_script_is_left_to_retrieval(tree, make_kb):
+    pages = {"ar1.md": "# الأرشيف\n\nلإنشاء أرشيف مضغوط لمجلد، شغّل الأمر tar مع الخيارات المناسبة.\n",
+             "ar2.md": "# التاريخ\n\nتأسست المدينة عام 1203 على يد رهبان بنوا جسرا فوق النهر.\n",
+             "zh.md": "# 面包\n\n揉面十分钟，然后让它发酵到两倍大。\n"}
+    kb = make_kb(tree(pages), rerank="local")
+    kb.index()
+    result = kb.search("How do I create a tar archive?", k=3)
+    assert result.hits and all(h.rerank_score is None for h in result.hits)
+    assert "script" in result.rerank.skipped
 
 
 def test_the_endpoint_engine_speaks_the_rerank_api_of_a_local_server(tree, make_kb, monkeypatch):

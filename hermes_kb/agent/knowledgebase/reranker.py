@@ -40,6 +40,9 @@ Weights = tuple[tuple[int, float], ...]  # (ranks below this, retrieval's share 
 DECISIVE_LEAD = 0.3  # best retrieval score this far ahead of the next file's: only it is judged (for the gate)
 READS_COVERAGE = 0.75  # the share of a query's pieces the model must know (model_coverage): English 0.97, Russian 0.08
 OTHER_LANGUAGE_SURE = 0.6  # the detector this sure of another language: the query is not judged
+# The share of a passage's pieces the model must know: a script it learned, whatever the words (English
+# prose 0.97, a command line's lone flags 0.73, German 0.88; Russian 0.08, Arabic 0.02, Chinese 0.09).
+READS_SCRIPT = 0.5
 CACHE_SIZE = 4096
 
 
@@ -57,6 +60,8 @@ class Reranker(Protocol):
     def scores(self, query: str, passages: Sequence[str]) -> list[float]: ...
 
     def reads(self, query: str) -> bool: ...
+
+    def reads_passage(self, text: str) -> bool: ...
 
 
 def _sigmoid(values: np.ndarray) -> np.ndarray:
@@ -127,6 +132,14 @@ class LocalReranker:
         code, probability = analysis.identify(query)
         return code == "en" or probability < OTHER_LANGUAGE_SURE
 
+    def reads_passage(self, text: str) -> bool:
+        """A passage in a script the model spells letter by letter (Arabic, Russian) or cannot spell
+        (Chinese) is not judged: an English question against an Arabic page got probabilities of an
+        answer from pieces the model never learned, and opened the gate on off-topic messages. Only the
+        script is checked, by the tokenizer (a millisecond for a search's candidates); a German page
+        reads as pieces the model knows, and is judged as before."""
+        return self._coverage(text, analysis.ENGLISH) >= READS_SCRIPT
+
     def _feeds(self, query: str, passages: Sequence[str]) -> dict[str, np.ndarray]:
         cls, sep = self._tokenizer.token_to_id("[CLS]"), self._tokenizer.token_to_id("[SEP]")
         q = self._tokenizer.encode(query, add_special_tokens=False).ids[:MAX_QUERY_PIECES]
@@ -175,6 +188,9 @@ class EndpointReranker:
     def reads(self, query: str) -> bool:
         return True  # the server's model is the user's choice: multilingual ones are common
 
+    def reads_passage(self, text: str) -> bool:
+        return True
+
     def scores(self, query: str, passages: Sequence[str]) -> list[float]:
         import httpx
 
@@ -220,6 +236,9 @@ class LlmReranker:
         self.identity = f"llm:{name}"
 
     def reads(self, query: str) -> bool:
+        return True
+
+    def reads_passage(self, text: str) -> bool:
         return True
 
     def scores(self, query: str, passages: Sequence[str]) -> list[float]:

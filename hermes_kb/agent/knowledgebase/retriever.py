@@ -634,6 +634,9 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
     if not engine.reads_code and sum(map(analysis.looks_like_code, (h.text for h in candidates))) * 2 > len(candidates):
         result.rerank.skipped = "the candidates are mostly program source, which the relevance model never learned to read"
         return hits
+    if sum(not engine.reads_passage(h.text) for h in candidates) * 2 > len(candidates):
+        result.rerank.skipped = "the candidates are mostly in a script the relevance model does not read"
+        return hits
     files = [(hit.directory, hit.path) for hit in hits]
     judged = hits[:1] if relevance.decisive([hit.score for hit in hits], files) else candidates
     passages = [f"{hit.heading}\n{hit.text}" if hit.heading else hit.text for hit in judged]
