@@ -634,7 +634,7 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
     if not engine.reads_code and sum(map(analysis.looks_like_code, (h.text for h in candidates))) * 2 > len(candidates):
         result.rerank.skipped = "the candidates are mostly program source, which the relevance model never learned to read"
         return hits
-    if sum(not engine.reads_passage(h.text) for h in candidates) * 2 > len(candidates):
+    if not _mostly_read(engine, candidates):
         result.rerank.skipped = "the candidates are mostly in a script the relevance model does not read"
         return hits
     files = [(hit.directory, hit.path) for hit in hits]
@@ -656,6 +656,19 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
         hit.score = round(relevance.blend(hit.score, score, rank, engine.weights), 4)
     order = sorted(judged, key=lambda hit: ("exact" in hit.found_by, hit.score), reverse=True)
     return order + hits[len(judged):]
+
+
+def _mostly_read(engine: relevance.Reranker, hits: list[Hit]) -> bool:
+    """At least half the candidates in a script the engine reads; counting stops once that is
+    decided (each check tokenizes a passage's start)."""
+    needed, read = (len(hits) + 1) // 2, 0
+    for checked, hit in enumerate(hits, 1):
+        read += engine.reads_passage(hit.text)
+        if read >= needed:
+            return True
+        if read + len(hits) - checked < needed:
+            return False
+    return False
 
 
 def _budgeted(hits: list[Hit], max_tokens: int | None) -> list[Hit]:
