@@ -81,6 +81,13 @@ def test_the_model_reads_english_and_leaves_other_scripts_and_languages_to_retri
     assert not local.reads("Как создать архив?")
 
 
+def test_an_english_question_naming_tools_is_read_though_their_names_are_spelt_letter_by_letter(local):
+    assert local.reads("How do I install Node.js with nvm?")
+    assert local.reads("How do I install nvm?")
+    assert not local.reads("Wie installiere ich Node.js mit nvm?")
+    assert not local.reads("如何安装 nvm?")
+
+
 def test_both_runtimes_give_the_same_judgement():
     pytest.importorskip("openvino")
     passages = ["tar -czf backup.tar.gz folder creates a gzipped archive.", "The town was founded in 1203."]
