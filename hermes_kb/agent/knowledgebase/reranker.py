@@ -38,7 +38,8 @@ MAX_QUERY_PIECES = 64
 RETRIEVAL_WEIGHT = ((3, 0.75), (10, 0.6), (DEPTH, 0.4))
 Weights = tuple[tuple[int, float], ...]  # (ranks below this, retrieval's share of the blended score)
 DECISIVE_LEAD = 0.3  # best retrieval score this far ahead of the next file's: only it is judged (for the gate)
-READS_COVERAGE = 0.75  # the share of a query's pieces the model must know (model_coverage): English 0.97, Russian 0.08
+READS_COVERAGE = 0.75  # a query this whole (model_coverage: English 0.97) is read unless another language is heard;
+# under it, only plain ASCII the detector hears as English (tool names spelt letter by letter)
 OTHER_LANGUAGE_SURE = 0.6  # the detector this sure of another language: the query is not judged
 # The share of a passage's pieces the model must know: a script it learned, whatever the words (English
 # prose 0.97, a command line's lone flags 0.73, German 0.88; Russian 0.08, Arabic 0.02, Chinese 0.09).
