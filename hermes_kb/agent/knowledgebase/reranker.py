@@ -130,14 +130,13 @@ class LocalReranker:
         tools spells its names letter by letter too ("How do I install Node.js with nvm?" keeps 0.55 of
         its pieces whole): plain ASCII the detector hears as English is read all the same."""
         coverage = self._coverage(query, analysis.ENGLISH)
-        if coverage < READS_SCRIPT:
-            return False
-        if coverage >= READS_COVERAGE and analysis.looks_english(query):
-            return True  # English's commonest words in plain ASCII: the detector (~0.7 s to load) is not needed
+        whole = coverage >= READS_COVERAGE
+        if coverage < READS_SCRIPT or not (whole or query.isascii()):
+            return False  # decided without the detector (~0.7 s to load)
+        if whole and analysis.looks_english(query):
+            return True  # English's commonest words in plain ASCII: the detector is not needed
         code, probability = analysis.identify(query)
-        if coverage < READS_COVERAGE:
-            return query.isascii() and code == "en"
-        return code == "en" or probability < OTHER_LANGUAGE_SURE
+        return code == "en" or (whole and probability < OTHER_LANGUAGE_SURE)
 
     def reads_passage(self, text: str) -> bool:
         """A passage in a script the model spells letter by letter (Arabic, Russian) or cannot spell

@@ -631,10 +631,10 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
         result.rerank.skipped = "the relevance model does not read this query's language"
         return hits
     candidates = hits[:relevance.DEPTH]
-    if not engine.reads_code and sum(map(analysis.looks_like_code, (h.text for h in candidates))) * 2 > len(candidates):
+    if not engine.reads_code and not _at_least_half(candidates, lambda hit: not analysis.looks_like_code(hit.text)):
         result.rerank.skipped = "the candidates are mostly program source, which the relevance model never learned to read"
         return hits
-    if not _mostly_read(engine, candidates):
+    if not _at_least_half(candidates, lambda hit: engine.reads_passage(hit.text)):
         result.rerank.skipped = "the candidates are mostly in a script the relevance model does not read"
         return hits
     files = [(hit.directory, hit.path) for hit in hits]
@@ -658,15 +658,15 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
     return order + hits[len(judged):]
 
 
-def _mostly_read(engine: relevance.Reranker, hits: list[Hit]) -> bool:
-    """At least half the candidates in a script the engine reads; counting stops once that is
-    decided (each check tokenizes a passage's start)."""
-    needed, read = (len(hits) + 1) // 2, 0
+def _at_least_half(hits: list[Hit], fits: Callable[[Hit], bool]) -> bool:
+    """Whether at least half the candidates fit (the engine reads their script, they are not code);
+    counting stops once that is decided, since a check may tokenize a passage."""
+    needed, fitting = (len(hits) + 1) // 2, 0
     for checked, hit in enumerate(hits, 1):
-        read += engine.reads_passage(hit.text)
-        if read >= needed:
+        fitting += fits(hit)
+        if fitting >= needed:
             return True
-        if read + len(hits) - checked < needed:
+        if fitting + len(hits) - checked < needed:
             return False
     return False
 
