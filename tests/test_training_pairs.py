@@ -53,3 +53,59 @@ def test_stages_one_and_two_keep_two_negatives():
     made = pairs.triples(rows, passages, passage_of, top, random.Random(3))
     assert made and all(len(t) == 4 for t in made)
     assert all(t[1] == passages[passage_of[i]] for i, t in enumerate(made))
+
+
+def test_a_lexical_trap_comes_from_another_domain_and_shares_the_query_words():
+    """Stage 4's negative: what the query meets when asked of a collection that cannot answer it. Its
+    own domain's passages never qualify, however well they match (a Natural Questions question may be
+    answered by a SQuAD paragraph: both are Wikipedia); the best match elsewhere does."""
+    rows = [{"query": "What is the time complexity of quicksort?", "source": "nq_qed_train", "group": "sorting",
+             "positive": "Quicksort takes n log n time on average and n squared at worst."},
+            {"query": "Who invented quicksort and when was its time complexity proved?", "source": "squad_v1.1_train",
+             "group": "hoare", "positive": "Tony Hoare invented quicksort in 1959; its time complexity was proved later."},
+            {"query": "How do I read a query plan?", "source": "tldr_pages", "group": "explain",
+             "positive": "EXPLAIN prints the plan: Sort Method: quicksort  Memory: 25kB."},
+            {"query": "Which wine goes with fish?", "source": "medquad", "group": "wine",
+             "positive": "A dry white wine goes with most fish."}]
+    texts = [r["positive"] for r in rows]
+    domains = [pairs.DOMAINS[r["source"]] for r in rows]
+    found = pairs.foreign_top([r["query"] for r in rows], domains, texts, domains, k=1)
+    assert found[0] == [2], "the manual's quicksort, not the Wikipedia paragraph that answers it too"
+    assert all(domains[p] != domains[i] for i, hits in enumerate(found) for p in hits)
+    text_traps, code_traps = pairs.lexical_traps(rows, [])
+    assert code_traps == [] and text_traps[0][0] == texts[2]
+    top = pairs.bm25_top([r["query"] for r in rows], texts, k=2)
+    made = pairs.triples(rows, texts, [0, 1, 2, 3], top, random.Random(1), traps=text_traps)
+    quicksort = next(t for t in made if t[0] == rows[0]["query"])
+    assert len(quicksort) == 5 and quicksort[-1] in (texts[2], texts[3]) and texts[1] not in quicksort[3:]
+
+
+def test_a_swapped_subject_names_another_group_s_subject_that_the_passage_never_names():
+    """Stage 4's swapped queries: what the question names replaced by another page's subject of the same
+    source, in the case it was written; rows without a subject (code) get none."""
+    rows = [{"query": f"What are the symptoms of {name} syndrome ?", "source": "medquad", "group": name,
+             "positive": f"{name} syndrome shows as {name.lower()}ia of the eyelids."} for name in CONDITIONS[:4]]
+    rows += [{"query": "tar: Create a gzipped archive", "source": "tldr_pages", "group": "tldr:common/tar",
+              "positive": "tar (common): Archiving utility.\nExample command:\ntar czf target.tar.gz file"},
+             {"query": "zip: Add files to an archive", "source": "tldr_pages", "group": "tldr:common/zip",
+              "positive": "zip (common): Package and compress files.\nExample command:\nzip -r archive.zip folder"},
+             {"query": "who wrote the song hey jude", "source": "nq_qed_train", "group": "nq:Hey Jude", "title": "Hey Jude",
+              "positive": "Hey Jude is a song by the Beatles, written by Paul McCartney."},
+             {"query": "when did the battle of hastings happen", "source": "nq_qed_train", "group": "nq:Battle of Hastings",
+              "title": "Battle of Hastings", "positive": "The Battle of Hastings was fought on 14 October 1066."},
+             {"query": "Open a file for reading.", "source": "code", "group": "m", "positive": "def open_file(path): ..."}]
+    assert [pairs.subject_of(r) for r in rows] == ["Ascher", "Bloom", "Cohen", "Dubin", "tar", "zip", "Hey Jude",
+                                                    "Battle of Hastings", None]
+    others = pairs.swapped_subjects(rows, random.Random(2))
+    swapped = [pairs.swap_subject(r["query"], pairs.subject_of(r), o) for r, o in zip(rows, others)]
+    assert swapped[4] == "zip: Create a gzipped archive" and swapped[5] == "tar: Add files to an archive"
+    assert swapped[6] == "who wrote the song battle of hastings", "lower case where the question was"
+    assert swapped[8] is None
+    for row, query, other in zip(rows[:4], swapped, others):
+        assert other in CONDITIONS and other != row["group"] and query == row["query"].replace(row["group"], other)
+    assert pairs.swap_subject("Hyderabadi is a kind of what language?", "Hyderabad", "Senate") is None, "whole words only"
+    top = pairs.bm25_top([r["query"] for r in rows], [r["positive"] for r in rows], k=3)
+    made = pairs.triples(rows, [r["positive"] for r in rows], list(range(len(rows))), top, random.Random(1),
+                         swaps=swapped)
+    assert all(len(t) == 5 for t in made) and {t[-1] for t in made if t[0].startswith("tar:")} == {swapped[4]}
+    assert {t[-1] for t in made if t[0].startswith("Open")} == {""}

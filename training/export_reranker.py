@@ -25,6 +25,7 @@ import train_reranker as recipe  # noqa: E402
 
 PACKAGE_DIR = recipe.REPO / "hermes_kb" / "agent" / "knowledgebase" / "models" / "reranker"
 NAME, VERSION = "hermes-kb-relevance-minilm-l3", "1.2"
+TRAPPED_VERSION = "1.3"  # with the fourth stage (lexical traps and swapped subjects), not shipped yet
 MIN_QUANTIZED = 16384  # initializers with fewer values stay fp32 (biases, norms, the head)
 
 
@@ -67,7 +68,7 @@ def quantize_weights(path: Path) -> None:
     onnx.save(model, str(path))
 
 
-def export(checkpoint: Path, layers: int, max_pieces: int, out_dir: Path, figures: dict) -> dict:
+def export(checkpoint: Path, layers: int, max_pieces: int, out_dir: Path, figures: dict, version: str = VERSION) -> dict:
     model = recipe.CrossEncoder(layers)
     model.load_state_dict(torch.load(checkpoint, map_location="cpu"))
     model.eval()
@@ -89,7 +90,7 @@ def export(checkpoint: Path, layers: int, max_pieces: int, out_dir: Path, figure
     exported = session.run(None, {"input_ids": probe[0].numpy(), "token_type_ids": probe[1].numpy(),
                                   "attention_mask": probe[2].numpy()})[0]
     shutil.copyfile(recipe.installed_file(recipe.TOKENIZER), out_dir / "tokenizer.json")
-    card = {"name": NAME, "version": VERSION, "sha256": hashlib.sha256(onnx_path.read_bytes()).hexdigest(),
+    card = {"name": NAME, "version": version, "sha256": hashlib.sha256(onnx_path.read_bytes()).hexdigest(),
             "layers": layers, "max_pieces": max_pieces, "bytes": onnx_path.stat().st_size,
             "stored_logit_shift": float(np.abs(reference - exported).max()),
             "reads_code": "code" in figures.get("forms", {}),  # trained on functions: judged, not left to retrieval
@@ -118,7 +119,7 @@ def calibrate(model_dir: Path, train_dir: Path, seed: int, validation: int) -> d
     Each held-out query is asked three times: of its BM25 top 20 with its answer among them
     (answerable: the gate is right when it opens on the answer), of the same without the answer (a
     look-alike: often another paragraph of the same article that answers too, so shown, not used),
-    and of the BM25 top 20 among the other sources' passages (off-topic for that collection, yet
+    and of the BM25 top 20 among the other domains' passages (off-topic for that collection, yet
     sharing its words: "the time complexity of quicksort" asked of a database manual). The bar is the
     smallest probability at which at most MAX_OFF_TOPIC of the off-topic questions open the gate, the
     veto the largest that keeps VETO_KEEPS of the answers (`bars`); the card keeps the whole table."""
@@ -135,15 +136,12 @@ def calibrate(model_dir: Path, train_dir: Path, seed: int, validation: int) -> d
         logits = session.run(None, {"input_ids": ids.numpy(), "token_type_ids": seg.numpy(), "attention_mask": mask.numpy()})[0]
         return 1 / (1 + np.exp(-logits))
 
-    source_of = {}
+    domain_of = {}
     for row, p in zip(rows, passage_of):
-        source_of.setdefault(p, row["source"])
-    off_topic_pool = {}
-    for source in {rows[i]["source"] for i in val_idx}:
-        others = [p for p in range(len(passages)) if source_of.get(p) != source]
-        asked = [i for i in val_idx if rows[i]["source"] == source]
-        found = recipe.bm25_top([rows[i]["query"] for i in asked], [passages[p] for p in others], k=20)
-        off_topic_pool.update({i: [others[j] for j in hits] for i, hits in zip(asked, found)})
+        domain_of.setdefault(p, recipe.DOMAINS[row["source"]])
+    found = recipe.foreign_top([rows[i]["query"] for i in val_idx], [recipe.DOMAINS[rows[i]["source"]] for i in val_idx],
+                               passages, [domain_of[p] for p in range(len(passages))], k=20)
+    off_topic_pool = dict(zip(val_idx, found))
     answerable, lookalike, off_topic = [], [], []  # (best probability, best is the answer)
     for i in val_idx:
         pos = passage_of[i]

@@ -27,6 +27,11 @@ SOURCES = {
     "tldr_pages": 12000,
     "msdocs_faq": 195,
 }
+# source -> its domain: a lexical trap (`foreign_top`) comes from another domain, so it cannot be an
+# answer all the same (SQuAD's and Natural Questions' paragraphs are both Wikipedia's; tldr's pages and
+# Microsoft's FAQs both answer questions about commands)
+DOMAINS = {"squad_v1.1_train": "wikipedia", "nq_qed_train": "wikipedia", "medquad": "medicine",
+           "tldr_pages": "commands", "msdocs_faq": "commands", "code": "code"}
 STOPWORDS = frozenset("""a an and are as at be by for from has have how i in is it its of on or that the this to
 was were what when where which who whom why will with do does did can you your""".split())
 WORD = re.compile(r"\w+")
@@ -101,6 +106,7 @@ def bm25_top(queries: list[str], passages: list[str], k: int, k1: float = 1.2, b
     tf = tf.tocoo()
     weights = tf.data * (k1 + 1) / (tf.data + norm[tf.row]) * idf[tf.col]
     doc_matrix = sparse.csr_matrix((weights, (tf.row, tf.col)), shape=tf.shape).T.tocsr()
+    k = min(k, len(passages))
     top = np.zeros((len(queries), k), dtype=np.int64)
     for start in range(0, len(queries), 1024):
         q_rows, q_cols = [], []
@@ -111,18 +117,36 @@ def bm25_top(queries: list[str], passages: list[str], k: int, k1: float = 1.2, b
         q = sparse.csr_matrix((np.ones(len(q_rows), np.float32), (q_rows, q_cols)),
                               shape=(min(1024, len(queries) - start), len(vocab)))
         scores = (q @ doc_matrix).toarray()
-        part = np.argpartition(-scores, k, axis=1)[:, :k]
+        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
         order = np.take_along_axis(scores, part, 1).argsort(axis=1)[:, ::-1]
         top[start:start + len(part)] = np.take_along_axis(part, order, 1)
     return top
 
 
+def foreign_top(queries: list[str], query_domains: list[str], pool: list[str], pool_domains: list[str],
+                k: int) -> list[list[int]]:
+    """For each query, BM25's top k among the pool's passages from domains other than its own: what
+    the query meets when it is asked of a collection that does not answer it, yet shares its words
+    ("the time complexity of quicksort" against a database manual's `Sort Method: quicksort`)."""
+    found: list[list[int]] = [[] for _ in queries]
+    for domain in sorted(set(query_domains)):
+        others = [p for p, d in enumerate(pool_domains) if d != domain]
+        asked = [i for i, d in enumerate(query_domains) if d == domain]
+        for i, hits in zip(asked, bm25_top([queries[i] for i in asked], [pool[p] for p in others], k)):
+            found[i] = [others[j] for j in hits]
+    return found
+
+
 def triples(rows: list[dict], passages: list[str], passage_of: list[int], top: np.ndarray,
-            rng: random.Random, akin: bool = False) -> list[tuple[str, ...]]:
+            rng: random.Random, akin: bool = False, traps: list[list[str]] | None = None,
+            swaps: list[str | None] | None = None) -> list[tuple[str, ...]]:
     """(query, positive, hard negative, second negative) for each training row; with `akin`, a third
     negative: the answer to the most similar question about another page, article or module (the right
     kind of answer about another thing: "symptoms of Ascher syndrome" against another syndrome's
-    symptoms, what the gate opened on for near-misses)."""
+    symptoms, what the gate opened on for near-misses); with `traps` (texts for each row), a last
+    negative drawn from them: a lexical trap from another domain (`foreign_top`); with `swaps`, the
+    tuple ends with the row's query naming another subject ("" where it has none), which its positive
+    does not answer (`swapped_subjects`)."""
     by_group: dict[str, list[int]] = defaultdict(list)
     for row, p in zip(rows, passage_of):
         by_group[row["group"]].append(p)
@@ -141,14 +165,76 @@ def triples(rows: list[dict], passages: list[str], passage_of: list[int], top: n
             second = rng.randrange(len(passages))
             while second == pos:
                 second = rng.randrange(len(passages))
-        if similar is None:
-            out.append((row["query"], passages[pos], passages[hard_neg], passages[second]))
-            continue
-        other = next((passage_of[j] for j in similar[i] if rows[j]["group"] != row["group"]
-                      and passages[passage_of[j]] != passages[pos] and passage_of[j] not in (hard_neg, second)), None)
-        if other is not None:
-            out.append((row["query"], passages[pos], passages[hard_neg], passages[second], passages[other]))
+        negatives = [passages[hard_neg], passages[second]]
+        if similar is not None:
+            other = next((passage_of[j] for j in similar[i] if rows[j]["group"] != row["group"]
+                          and passages[passage_of[j]] != passages[pos] and passage_of[j] not in (hard_neg, second)), None)
+            if other is None:
+                continue
+            negatives.append(passages[other])
+        if traps is not None:
+            trap = [t for t in traps[i] if t != passages[pos]]
+            if not trap:
+                continue
+            negatives.append(trap[rng.randrange(len(trap))])
+        out.append((row["query"], passages[pos], *negatives, *([swaps[i] or ""] if swaps is not None else [])))
     return out
+
+
+NAME_SPAN = re.compile(r"(?<!^)(?<![.?!:] )\b[A-Z][\w'+#.-]*(?:\s+(?:of\s+|and\s+)?[A-Z0-9][\w'+#.-]*)*")
+
+
+def subject_of(row: dict) -> str | None:
+    """What the query asks about, as written in it and in its passage: a tldr page's command, a
+    Wikipedia article's title where the question names it, else the longest capitalised name the
+    question and its passage share (a condition, a product). None where nothing qualifies (code)."""
+    query, passage = row["query"], row["positive"].lower()
+    if row["source"] == "tldr_pages":
+        command = query.split(": ", 1)[0]
+        return command if command != query and command.lower() in passage else None
+    title = re.sub(r"\s*\(.*\)$", "", str(row.get("title", "")).replace("_", " ")).strip()
+    if len(title) > 2 and re.search(rf"\b{re.escape(title.lower())}\b", query.lower()) and title.lower() in passage:
+        return title
+    if row["source"] == "code":
+        return None
+    names = [m.group(0).rstrip(".") for m in NAME_SPAN.finditer(query)]
+    names = [n for n in names if len(n) > 2 and n.lower() not in STOPWORDS and n.lower() in passage]
+    return max(names, key=len) if names else None
+
+
+def swapped_subjects(rows: list[dict], rng: random.Random) -> list[str | None]:
+    """For each row, its subject swapped for another group's subject of the same source (one its
+    passage never names): "the symptoms of Ascher syndrome" becomes "the symptoms of Bloom syndrome",
+    asked of Ascher's page. The passage is about the right kind of thing and answers the right kind of
+    question, about another thing: the model must read what the query names, not only what it asks."""
+    subjects = [subject_of(row) for row in rows]
+    pools: dict[str, list[tuple[str, str]]] = defaultdict(list)
+    for row, subject in zip(rows, subjects):
+        if subject:
+            pools[row["source"]].append((row["group"], subject))
+    out: list[str | None] = []
+    for row, subject in zip(rows, subjects):
+        pool = pools.get(row["source"], [])
+        found = None
+        for _ in range(8 if subject and pool else 0):
+            group, other = pool[rng.randrange(len(pool))]
+            if group != row["group"] and other.lower() not in row["positive"].lower():
+                found = other
+                break
+        out.append(found)
+    return out
+
+
+def swap_subject(query: str, subject: str | None, other: str | None) -> str | None:
+    """The query with its subject replaced (case as it was written there), or None where the asked
+    form no longer names it."""
+    if not subject or not other:
+        return None
+    found = re.search(rf"(?<!\w){re.escape(subject.lower())}(?!\w)", query.lower())
+    if not found:
+        return None
+    written = query[found.start():found.end()]
+    return query[:found.start()] + (other.lower() if written.islower() else other) + query[found.end():]
 
 
 def prepared(train_dir: Path, rng: random.Random, validation: int):
@@ -272,11 +358,30 @@ def code_rows(per_package: int = CODE_PER_PACKAGE, holdout: int = 40) -> tuple[l
     return train, held
 
 
-def code_triples(rows: list[dict], rng: random.Random, akin: bool = False) -> tuple[list[tuple[str, ...]], list[str], list[int], np.ndarray]:
+def code_triples(rows: list[dict], rng: random.Random, akin: bool = False, traps: list[list[str]] | None = None,
+                 swaps: list[str | None] | None = None) -> tuple[list[tuple[str, ...]], list[str], list[int], np.ndarray]:
     """Code rows as training triples (BM25 hard negatives among the other functions); also the pool
     and its BM25 top 20, which validation reuses."""
     passages = sorted({r["positive"] for r in rows})
     index_of = {p: i for i, p in enumerate(passages)}
     passage_of = [index_of[r["positive"]] for r in rows]
     top = bm25_top([r["query"] for r in rows], passages, k=20)
-    return triples(rows, passages, passage_of, top, rng, akin), passages, passage_of, top
+    return triples(rows, passages, passage_of, top, rng, akin, traps, swaps), passages, passage_of, top
+
+
+TRAPS_KEPT = 3  # a row's trap is drawn from its first few foreign BM25 hits
+
+
+def lexical_traps(text_rows: list[dict], code_rows_: list[dict]) -> tuple[list[list[str]], list[list[str]]]:
+    """Each text and code row's foreign BM25 top TRAPS_KEPT (`foreign_top`) among every domain's
+    passages, functions included: prose asked of a code collection meets functions that share its
+    words, a docstring asked of prose meets paragraphs that do."""
+    rows = text_rows + code_rows_
+    pool = sorted({r["positive"] for r in rows})
+    domain_of = {}
+    for row in rows:
+        domain_of.setdefault(row["positive"], DOMAINS[row["source"]])
+    found = foreign_top([r["query"] for r in rows], [DOMAINS[r["source"]] for r in rows], pool,
+                        [domain_of[p] for p in pool], TRAPS_KEPT)
+    texts = [[pool[p] for p in hits] for hits in found]
+    return texts[:len(text_rows)], texts[len(text_rows):]

@@ -25,6 +25,14 @@ The recipe, and why:
 - Stage 3 (from stage 2's weights) adds to each query a third negative, the answer to the most similar
   question about another page, article or module: the right kind of answer about another thing, which
   the gate opened on for a collection's near-misses.
+- Stage 4 (from stage 3's weights; `--trap-queries`, off by default: it does not ship yet, see
+  docs/reranker.md) adds a fourth, a lexical trap from another domain: the BM25 top of
+  the other domains' passages and functions (a coding question's "quicksort" against a manual's
+  `Sort Method: quicksort`). A collection is asked questions it cannot answer; retrieval is confident
+  on the shared rare word, and the gate must hear the model say no. And each query whose subject can be
+  found (a tldr command, an article's title, a condition's name) is asked once more naming another
+  one of its source's, a negative for its own positive: the model must read what a question names
+  ("free memory in C++" is not answered by a page on C functions for PostgreSQL).
 - Validation keeps whole pages/articles (and code modules) out of training (grouped split) and ranks
   each held-out query's positive among its BM25 top 20; then export_reranker.py writes the package's
   files and calibrate_pipeline.py chooses the blend and the gate's bars through the product's own
@@ -47,8 +55,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pairs import (CODE_PER_PACKAGE, REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples,  # noqa: E402,F401
-                   installed_file, keywords, prepared, query_form, statement, triples)
+from pairs import (CODE_PER_PACKAGE, DOMAINS, REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples,  # noqa: E402,F401
+                   foreign_top, installed_file, keywords, lexical_traps, prepared, query_form, statement, subject_of,
+                   swap_subject, swapped_subjects, triples)
 
 # ---------------------------------------------------------------- the model
 
@@ -138,6 +147,25 @@ def minilm_weights(onnx_path: Path, layers: int) -> dict[str, torch.Tensor]:
     return {name: torch.from_numpy(np.ascontiguousarray(value)) for name, value in state.items()}
 
 
+def shipped_weights(onnx_path: Path) -> dict[str, torch.Tensor]:
+    """A model export_reranker.py wrote, back as a state dict: its int8 tables times their scales, its
+    fp16 matrices (MatMul's (in, out), four per layer in graph order: qkv, out, up, down) transposed,
+    everything else by name. Lets a stage start from the shipped model when the checkpoint before it
+    is gone (the rounding of the export is all that differs)."""
+    import onnx
+    from onnx import numpy_helper
+
+    arrays = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(onnx_path)).graph.initializer}
+    state = {name: value for name, value in arrays.items() if not name.endswith(("_q", "_scale"))}
+    for table in ("word.weight", "position.weight"):
+        state[table] = arrays[table + "_q"].astype(np.float32) * arrays[table + "_scale"]
+    mats = sorted((n for n in arrays if n.startswith("onnx::MatMul_")), key=lambda n: int(n.split("_")[1]))
+    for i in range(len(mats) // 4):
+        for j, name in enumerate(("qkv", "out", "up", "down")):
+            state[f"layers.{i}.{name}.weight"] = arrays[mats[4 * i + j]].astype(np.float32).T
+    return {name: torch.from_numpy(np.array(value, dtype=np.float32)) for name, value in state.items()}
+
+
 # ---------------------------------------------------------------- batches
 
 class PairTokenizer:
@@ -198,26 +226,32 @@ def evaluate(model: CrossEncoder, tok: PairTokenizer, rows: list[dict], passages
 
 
 def train_steps(model: CrossEncoder, tok: PairTokenizer, data: list, batch: int, lr: float, say, label: str,
-                checkpoint: Path) -> None:
-    """AdamW with 5% warm-up and linear decay over `data`'s (query, positive, negatives...)."""
+                checkpoint: Path, swapped: bool = False) -> None:
+    """AdamW with 5% warm-up and linear decay over `data`'s (query, positive, negatives...); with
+    `swapped`, each tuple ends with the query naming another subject ("" where none), and the
+    (swapped query, positive) pairs join the binary loss as negatives."""
     steps = len(data) // batch
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     warmup = max(1, steps // 20)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimiser, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup))))
     bce = nn.BCEWithLogitsLoss()
-    listed = len(data[0]) - 1  # the positive and its negatives
+    listed = len(data[0]) - 1 - swapped  # the positive and its negatives
     labels = torch.tensor([1.0] + [0.0] * (listed - 1))
     model.train()
     started = time.time()
     for step in range(steps):
         chunk = data[step * batch:(step + 1) * batch]
         queries = [q for t in chunk for q in (t[0],) * listed]
-        texts = [p for t in chunk for p in t[1:]]
+        texts = [p for t in chunk for p in t[1:1 + listed]]
+        elsewhere = [(t[-1], t[1]) for t in chunk if swapped and t[-1]]
         with torch.autocast("cpu", dtype=torch.bfloat16):
-            logits = model(*tok.batch(queries, texts)).float().view(-1, listed)
+            logits = model(*tok.batch(queries + [q for q, _ in elsewhere], texts + [p for _, p in elsewhere])).float()
+        logits, swapped_logits = logits[:len(texts)].view(-1, listed), logits[len(texts):]
         loss = nn.functional.cross_entropy(logits, torch.zeros(len(chunk), dtype=torch.long)) + \
             bce(logits, labels.expand_as(logits))
+        if len(swapped_logits):
+            loss = loss + bce(swapped_logits, torch.zeros_like(swapped_logits))
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimiser.step()
@@ -245,8 +279,14 @@ def main() -> int:
                         help="stage 3: queries seen with a third negative, the answer to the most similar question "
                              "about another page")
     parser.add_argument("--akin-lr", type=float, default=3e-5)
+    parser.add_argument("--trap-queries", type=int, default=0,
+                        help="stage 4 (not in the shipped model: docs/reranker.md): queries seen with a fourth "
+                             "negative, a lexical trap from another domain, and their subjects swapped (8000 tried)")
+    parser.add_argument("--trap-lr", type=float, default=2e-5)
     parser.add_argument("--stage1", type=Path, help="a stage 1 model.pt of the same seed: go straight to stage 2")
     parser.add_argument("--stage2", type=Path, help="a stage 2 model.pt of the same seed: go straight to stage 3")
+    parser.add_argument("--stage3", type=Path, help="a stage 3 model.pt, or the model.onnx export_reranker.py "
+                                                    "wrote from it: go straight to stage 4")
     parser.add_argument("--batch", type=int, default=16, help="queries per step")
     parser.add_argument("--lr", type=float, default=7e-5)
     parser.add_argument("--stage2-lr", type=float, default=4e-5)
@@ -260,6 +300,9 @@ def main() -> int:
     args = parser.parse_args()
     if args.stage2 and not args.akin_queries:
         parser.error("--stage2 starts stage 3, which --akin-queries sizes")
+    if args.stage3 and not args.trap_queries:
+        parser.error("--stage3 starts stage 4, which --trap-queries sizes")
+    loaded = next((stage for stage, path in ((3, args.stage3), (2, args.stage2), (1, args.stage1)) if path), 0)
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
@@ -286,27 +329,33 @@ def main() -> int:
     tokenizer_path = args.tokenizer or installed_file(TOKENIZER)
     tok = PairTokenizer(tokenizer_path, args.max_pieces)
     model = CrossEncoder(args.layers)
-    if args.stage1 or args.stage2:
-        model.load_state_dict(torch.load(args.stage2 or args.stage1, map_location="cpu"))
-        say(f"stage {2 if args.stage2 else 1}: {args.stage2 or args.stage1}")
+    if loaded:
+        path = args.stage3 or args.stage2 or args.stage1
+        model.load_state_dict(shipped_weights(path) if path.suffix == ".onnx" else torch.load(path, map_location="cpu"))
+        say(f"stage {loaded}: {path}")
     else:
         missing = model.load_state_dict(minilm_weights(onnx_path, args.layers), strict=False)
         say(f"start weights: {onnx_path} (missing: {missing.missing_keys})")
         say(f"before training: {json.dumps(evaluate(model, tok, val[0][:200], passages, val[1][:200], val[2][:200]))}")
         train_steps(model, tok, data, args.batch, args.lr, say, "stage 1", args.out / "stage1.pt")
-    stage1 = None if args.stage2 else evaluate(model, tok, *val[:1], passages, *val[1:])
+    stage1 = None if loaded > 1 else evaluate(model, tok, *val[:1], passages, *val[1:])
     say(f"after stage 1: {json.dumps(stage1)}")
 
     code_train, code_held = code_rows(args.code_per_package)
 
-    def searched(seed: int, queries: int, akin: bool) -> list[tuple[str, ...]]:
+    def searched(seed: int, queries: int, akin: bool, traps: bool = False) -> list[tuple[str, ...]]:
         """Training queries asked the ways a knowledgebase is searched, a quarter of them code. Each
-        stage has its own seed, so it is the same whether the stage before ran now or was loaded."""
+        stage has its own seed, so it is the same whether the stage before ran now or was loaded.
+        With `traps`, stage 4's lexical traps and subject swaps."""
         rng_stage = random.Random(seed)
         torch.manual_seed(seed)
+        text_traps, code_traps = lexical_traps(train_rows, code_train) if traps else (None, None)
+        others = swapped_subjects(train_rows, rng_stage) if traps else None
         asked = [dict(row, query=query_form(row, rng_stage)) for row in train_rows]
-        text_data = triples(asked, passages, train_passage_of, train_top, rng_stage, akin)
-        code_data, *_ = code_triples(code_train, rng_stage, akin)
+        swaps = [swap_subject(a["query"], subject_of(row), other) for a, row, other in
+                 zip(asked, train_rows, others)] if traps else None
+        text_data = triples(asked, passages, train_passage_of, train_top, rng_stage, akin, text_traps, swaps)
+        code_data, *_ = code_triples(code_train, rng_stage, akin, code_traps, [None] * len(code_train) if traps else None)
         say(f"{len(text_data)} text queries, {len(code_data)} code queries ({len(code_held)} held out)")
         code_share = queries // 4
         rng_stage.shuffle(text_data)
@@ -315,20 +364,24 @@ def main() -> int:
         rng_stage.shuffle(mixed)
         return mixed
 
-    if not args.stage2:
+    if loaded < 2:
         mixed = searched(args.seed + 1, args.stage2_queries, akin=False)
         train_steps(model, tok, mixed, args.batch, args.stage2_lr, say, "stage 2", args.out / "stage2.pt")
-    final = args.out / "stage2.pt"
-    if args.akin_queries:
+    if args.akin_queries and loaded < 3:
         akin = searched(args.seed + 2, args.akin_queries, akin=True)
-        final = args.out / "model.pt"
-        train_steps(model, tok, akin, args.batch, args.akin_lr, say, "stage 3", final)
+        train_steps(model, tok, akin, args.batch, args.akin_lr, say, "stage 3", args.out / "stage3.pt")
+    if args.trap_queries:
+        trapped = searched(args.seed + 3, args.trap_queries, akin=True, traps=True)
+        train_steps(model, tok, trapped, args.batch, args.trap_lr, say, "stage 4", args.out / "stage4.pt", swapped=True)
+    final = args.out / "model.pt"
+    torch.save(model.state_dict(), final)
 
     figures = evaluate(model, tok, *val[:1], passages, *val[1:])
     figures["stage1"] = stage1
     figures["forms"] = validation_forms(model, tok, val[0], passages, val[1], code_held)
-    seen = len(data) + args.stage2_queries + args.akin_queries  # the recipe's, stages loaded from a file included
-    figures.update({"pairs_seen": 3 * (len(data) + args.stage2_queries) + 4 * args.akin_queries, "queries_seen": seen,
+    seen = len(data) + args.stage2_queries + args.akin_queries + args.trap_queries  # the recipe's, stages loaded included
+    figures.update({"pairs_seen": 3 * (len(data) + args.stage2_queries) + 4 * args.akin_queries + 5 * args.trap_queries,
+                    "queries_seen": seen, "started_from": str(args.stage3 or args.stage2 or args.stage1 or onnx_path),
                     "train_seconds": round(time.time() - started), "layers": args.layers,
                     "max_pieces": args.max_pieces, "seed": args.seed, "torch": torch.__version__,
                     "threads": args.threads})
@@ -336,7 +389,8 @@ def main() -> int:
     (args.out / "figures.json").write_text(json.dumps(figures, indent=2))
     import export_reranker
 
-    card = export_reranker.export(final, args.layers, args.max_pieces, args.package_dir, figures)
+    card = export_reranker.export(final, args.layers, args.max_pieces, args.package_dir, figures,
+                                  export_reranker.TRAPPED_VERSION if args.trap_queries else export_reranker.VERSION)
     card = export_reranker.calibrate(args.package_dir, args.train_dir, args.seed, args.validation)
     say(f"exported to {args.package_dir}: {json.dumps(card)}")
     # The blend and the gate's bars, through the product's own retrieval (its venv: no PyTorch there).
