@@ -69,7 +69,7 @@ def test_a_lexical_trap_comes_from_another_domain_and_shares_the_query_words():
              "positive": "A dry white wine goes with most fish."}]
     texts = [r["positive"] for r in rows]
     domains = [pairs.DOMAINS[r["source"]] for r in rows]
-    found = pairs.foreign_top([r["query"] for r in rows], domains, texts, domains, k=1)
+    found = pairs.foreign_top(rows, rows, texts, k=1)
     assert found[0] == [2], "the manual's quicksort, not the Wikipedia paragraph that answers it too"
     assert all(domains[p] != domains[i] for i, hits in enumerate(found) for p in hits)
     text_traps, code_traps = pairs.lexical_traps(rows, [])
@@ -97,13 +97,14 @@ def test_a_swapped_subject_names_another_group_s_subject_that_the_passage_never_
     assert [pairs.subject_of(r) for r in rows] == ["Ascher", "Bloom", "Cohen", "Dubin", "tar", "zip", "Hey Jude",
                                                     "Battle of Hastings", None]
     others = pairs.swapped_subjects(rows, random.Random(2))
-    swapped = [pairs.swap_subject(r["query"], pairs.subject_of(r), o) for r, o in zip(rows, others)]
+    swapped = [pairs.swap_subject(r["query"], swap) for r, swap in zip(rows, others)]
     assert swapped[4] == "zip: Create a gzipped archive" and swapped[5] == "tar: Add files to an archive"
     assert swapped[6] == "who wrote the song battle of hastings", "lower case where the question was"
     assert swapped[8] is None
-    for row, query, other in zip(rows[:4], swapped, others):
-        assert other in CONDITIONS and other != row["group"] and query == row["query"].replace(row["group"], other)
-    assert pairs.swap_subject("Hyderabadi is a kind of what language?", "Hyderabad", "Senate") is None, "whole words only"
+    for row, query, (subject, other) in zip(rows[:4], swapped, others):
+        assert subject == row["group"] and other in CONDITIONS and other != row["group"]
+        assert query == row["query"].replace(row["group"], other)
+    assert pairs.swap_subject("Hyderabadi is a kind of what language?", ("Hyderabad", "Senate")) is None, "whole words only"
     top = pairs.bm25_top([r["query"] for r in rows], [r["positive"] for r in rows], k=3)
     made = pairs.triples(rows, [r["positive"] for r in rows], list(range(len(rows))), top, random.Random(1),
                          swaps=swapped)

@@ -136,12 +136,7 @@ def calibrate(model_dir: Path, train_dir: Path, seed: int, validation: int) -> d
         logits = session.run(None, {"input_ids": ids.numpy(), "token_type_ids": seg.numpy(), "attention_mask": mask.numpy()})[0]
         return 1 / (1 + np.exp(-logits))
 
-    domain_of = {}
-    for row, p in zip(rows, passage_of):
-        domain_of.setdefault(p, recipe.DOMAINS[row["source"]])
-    found = recipe.foreign_top([rows[i]["query"] for i in val_idx], [recipe.DOMAINS[rows[i]["source"]] for i in val_idx],
-                               passages, [domain_of[p] for p in range(len(passages))], k=20)
-    off_topic_pool = dict(zip(val_idx, found))
+    off_topic_pool = dict(zip(val_idx, recipe.foreign_top([rows[i] for i in val_idx], rows, passages, k=20)))
     answerable, lookalike, off_topic = [], [], []  # (best probability, best is the answer)
     for i in val_idx:
         pos = passage_of[i]

@@ -123,16 +123,20 @@ def bm25_top(queries: list[str], passages: list[str], k: int, k1: float = 1.2, b
     return top
 
 
-def foreign_top(queries: list[str], query_domains: list[str], pool: list[str], pool_domains: list[str],
-                k: int) -> list[list[int]]:
-    """For each query, BM25's top k among the pool's passages from domains other than its own: what
-    the query meets when it is asked of a collection that does not answer it, yet shares its words
-    ("the time complexity of quicksort" against a database manual's `Sort Method: quicksort`)."""
-    found: list[list[int]] = [[] for _ in queries]
+def foreign_top(asked: list[dict], rows: list[dict], pool: list[str], k: int) -> list[list[int]]:
+    """For each asked row, BM25's top k among the pool's passages from domains other than its own (a
+    passage's domain is its first row's, among `rows`): what the query meets when it is asked of a
+    collection that does not answer it, yet shares its words ("the time complexity of quicksort"
+    against a database manual's `Sort Method: quicksort`)."""
+    domain_of: dict[str, str] = {}
+    for row in rows:
+        domain_of.setdefault(row["positive"], DOMAINS[row["source"]])
+    query_domains = [DOMAINS[row["source"]] for row in asked]
+    found: list[list[int]] = [[] for _ in asked]
     for domain in sorted(set(query_domains)):
-        others = [p for p, d in enumerate(pool_domains) if d != domain]
-        asked = [i for i, d in enumerate(query_domains) if d == domain]
-        for i, hits in zip(asked, bm25_top([queries[i] for i in asked], [pool[p] for p in others], k)):
+        others = [p for p, text in enumerate(pool) if domain_of[text] != domain]
+        mine = [i for i, d in enumerate(query_domains) if d == domain]
+        for i, hits in zip(mine, bm25_top([asked[i]["query"] for i in mine], [pool[p] for p in others], k)):
             found[i] = [others[j] for j in hits]
     return found
 
@@ -202,34 +206,35 @@ def subject_of(row: dict) -> str | None:
     return max(names, key=len) if names else None
 
 
-def swapped_subjects(rows: list[dict], rng: random.Random) -> list[str | None]:
-    """For each row, its subject swapped for another group's subject of the same source (one its
-    passage never names): "the symptoms of Ascher syndrome" becomes "the symptoms of Bloom syndrome",
-    asked of Ascher's page. The passage is about the right kind of thing and answers the right kind of
+def swapped_subjects(rows: list[dict], rng: random.Random) -> list[tuple[str, str] | None]:
+    """For each row, (its subject, another group's subject of the same source that its passage never
+    names): "the symptoms of Ascher syndrome" becomes "the symptoms of Bloom syndrome", asked of
+    Ascher's page (`swap_subject`). The passage is about the right kind of thing and answers the right kind of
     question, about another thing: the model must read what the query names, not only what it asks."""
     subjects = [subject_of(row) for row in rows]
     pools: dict[str, list[tuple[str, str]]] = defaultdict(list)
     for row, subject in zip(rows, subjects):
         if subject:
             pools[row["source"]].append((row["group"], subject))
-    out: list[str | None] = []
+    out: list[tuple[str, str] | None] = []
     for row, subject in zip(rows, subjects):
         pool = pools.get(row["source"], [])
         found = None
         for _ in range(8 if subject and pool else 0):
             group, other = pool[rng.randrange(len(pool))]
             if group != row["group"] and other.lower() not in row["positive"].lower():
-                found = other
+                found = (subject, other)
                 break
         out.append(found)
     return out
 
 
-def swap_subject(query: str, subject: str | None, other: str | None) -> str | None:
-    """The query with its subject replaced (case as it was written there), or None where the asked
-    form no longer names it."""
-    if not subject or not other:
+def swap_subject(query: str, swap: tuple[str, str] | None) -> str | None:
+    """The query with its subject replaced (case as it was written there), or None where there is no
+    swap or the asked form no longer names the subject."""
+    if not swap:
         return None
+    subject, other = swap
     found = re.search(rf"(?<!\w){re.escape(subject.lower())}(?!\w)", query.lower())
     if not found:
         return None
@@ -378,10 +383,5 @@ def lexical_traps(text_rows: list[dict], code_rows_: list[dict]) -> tuple[list[l
     words, a docstring asked of prose meets paragraphs that do."""
     rows = text_rows + code_rows_
     pool = sorted({r["positive"] for r in rows})
-    domain_of = {}
-    for row in rows:
-        domain_of.setdefault(row["positive"], DOMAINS[row["source"]])
-    found = foreign_top([r["query"] for r in rows], [DOMAINS[r["source"]] for r in rows], pool,
-                        [domain_of[p] for p in pool], TRAPS_KEPT)
-    texts = [[pool[p] for p in hits] for hits in found]
+    texts = [[pool[p] for p in hits] for hits in foreign_top(rows, rows, pool, TRAPS_KEPT)]
     return texts[:len(text_rows)], texts[len(text_rows):]

@@ -55,9 +55,9 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from pairs import (CODE_PER_PACKAGE, DOMAINS, REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples,  # noqa: E402,F401
-                   foreign_top, installed_file, keywords, lexical_traps, prepared, query_form, statement, subject_of,
-                   swap_subject, swapped_subjects, triples)
+from pairs import (CODE_PER_PACKAGE, REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples,  # noqa: E402,F401
+                   foreign_top, installed_file, keywords, lexical_traps, prepared, query_form, statement, swap_subject,
+                   swapped_subjects, triples)
 
 # ---------------------------------------------------------------- the model
 
@@ -302,7 +302,8 @@ def main() -> int:
         parser.error("--stage2 starts stage 3, which --akin-queries sizes")
     if args.stage3 and not args.trap_queries:
         parser.error("--stage3 starts stage 4, which --trap-queries sizes")
-    loaded = next((stage for stage, path in ((3, args.stage3), (2, args.stage2), (1, args.stage1)) if path), 0)
+    loaded, start = next(((stage, path) for stage, path in ((3, args.stage3), (2, args.stage2), (1, args.stage1)) if path),
+                         (0, None))
     torch.manual_seed(args.seed)
     torch.set_num_threads(args.threads)
     rng = random.Random(args.seed)
@@ -329,10 +330,9 @@ def main() -> int:
     tokenizer_path = args.tokenizer or installed_file(TOKENIZER)
     tok = PairTokenizer(tokenizer_path, args.max_pieces)
     model = CrossEncoder(args.layers)
-    if loaded:
-        path = args.stage3 or args.stage2 or args.stage1
-        model.load_state_dict(shipped_weights(path) if path.suffix == ".onnx" else torch.load(path, map_location="cpu"))
-        say(f"stage {loaded}: {path}")
+    if start:
+        model.load_state_dict(shipped_weights(start) if start.suffix == ".onnx" else torch.load(start, map_location="cpu"))
+        say(f"stage {loaded}: {start}")
     else:
         missing = model.load_state_dict(minilm_weights(onnx_path, args.layers), strict=False)
         say(f"start weights: {onnx_path} (missing: {missing.missing_keys})")
@@ -352,8 +352,7 @@ def main() -> int:
         text_traps, code_traps = lexical_traps(train_rows, code_train) if traps else (None, None)
         others = swapped_subjects(train_rows, rng_stage) if traps else None
         asked = [dict(row, query=query_form(row, rng_stage)) for row in train_rows]
-        swaps = [swap_subject(a["query"], subject_of(row), other) for a, row, other in
-                 zip(asked, train_rows, others)] if traps else None
+        swaps = [swap_subject(a["query"], swap) for a, swap in zip(asked, others)] if traps else None
         text_data = triples(asked, passages, train_passage_of, train_top, rng_stage, akin, text_traps, swaps)
         code_data, *_ = code_triples(code_train, rng_stage, akin, code_traps, [None] * len(code_train) if traps else None)
         say(f"{len(text_data)} text queries, {len(code_data)} code queries ({len(code_held)} held out)")
@@ -381,7 +380,7 @@ def main() -> int:
     figures["forms"] = validation_forms(model, tok, val[0], passages, val[1], code_held)
     seen = len(data) + args.stage2_queries + args.akin_queries + args.trap_queries  # the recipe's, stages loaded included
     figures.update({"pairs_seen": 3 * (len(data) + args.stage2_queries) + 4 * args.akin_queries + 5 * args.trap_queries,
-                    "queries_seen": seen, "started_from": str(args.stage3 or args.stage2 or args.stage1 or onnx_path),
+                    "queries_seen": seen, "started_from": str(start or onnx_path),
                     "train_seconds": round(time.time() - started), "layers": args.layers,
                     "max_pieces": args.max_pieces, "seed": args.seed, "torch": torch.__version__,
                     "threads": args.threads})
