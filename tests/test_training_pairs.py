@@ -110,3 +110,25 @@ def test_a_swapped_subject_names_another_group_s_subject_that_the_passage_never_
                          swaps=swapped)
     assert all(len(t) == 5 for t in made) and {t[-1] for t in made if t[0].startswith("tar:")} == {swapped[4]}
     assert {t[-1] for t in made if t[0].startswith("Open")} == {""}
+
+
+def test_a_task_is_asked_as_a_how_to_question_with_its_command_named():
+    rng = random.Random(5)
+    tldr = {"query": "pueue: Kill a task", "source": "tldr_pages", "group": "pueue"}
+    asked = {pairs.how_to(tldr, rng) for _ in range(30)}
+    assert asked == {"How do I kill a task with pueue?", "How can I kill a task using pueue?",
+                     "pueue: how do I kill a task?"}
+    code = {"query": "Returns the parameters serialized as bytes", "source": "code", "group": "cryptography/x.py"}
+    assert {pairs.how_to(code, rng) for _ in range(30)} == {"How do I return the parameters serialized as bytes?",
+                                                             "How does cryptography return the parameters serialized as bytes?"}
+
+
+def test_a_query_that_is_not_a_task_has_no_how_to_form():
+    rng = random.Random(5)
+    assert pairs.how_to({"query": "The RSAPublicKey of this key", "source": "code", "group": "c/x.py"}, rng) is None
+    assert pairs.how_to({"query": "%: The job number in front", "source": "tldr_pages", "group": "%"}, rng) is None
+    assert pairs.how_to({"query": "Who wrote Hamlet?", "source": "squad_v1.1_train", "group": "h"}, rng) is None
+    assert pairs.task_verb("Parses") == "parse" and pairs.task_verb("Copies") == "copy" and pairs.task_verb("Bus") is None
+    row = {"query": "Who wrote Hamlet?", "source": "squad_v1.1_train", "group": "h", "answer": "Shakespeare"}
+    assert {pairs.query_form(row, random.Random(i), how_to_share=1.0) for i in range(40)} <= {
+        "Who wrote Hamlet?", "Shakespeare wrote Hamlet", "wrote hamlet"}

@@ -111,6 +111,7 @@ def forms(row: dict) -> dict[str, str]:
     asked = {"question": row["query"], "keywords": pairs.keywords(row["query"])}
     if isinstance(row.get("answer"), str):
         asked["claim"] = pairs.statement(row["query"], row["answer"])
+    asked["how-to"] = pairs.how_to(row, random.Random(row["query"]))
     return {form: text for form, text in asked.items() if text}
 
 

@@ -289,8 +289,71 @@ def keywords(query: str) -> str | None:
     return " ".join(kept) if len(kept) >= 2 else None
 
 
-def query_form(row: dict, rng: random.Random) -> str:
-    """The query as asked (55%), as a claim where an answer is known (25%), or as keywords (20%)."""
+# The verbs docstrings and tldr's example descriptions start with, in their base form: what a task
+# sentence ("Return the terminal size", "Kill a task") must start with to be asked as "How do I ...?".
+TASK_VERBS = frozenset("""accept activate add align allocate analyze append apply archive assign attach authenticate
+backup bind block bookmark browse build bump calculate call cancel capture change check choose clean clear clone close
+collect combine commit compare compile compress compute configure connect construct convert copy count create crop
+cut debug decode decompress decrypt define delete deploy describe destroy detach detect determine disable disconnect
+display download draw drop dump edit emit enable encode encrypt ensure enter erase evaluate execute exit expand export
+extract fetch fill filter find fix flush follow force format forward freeze generate get grant group hide highlight
+import include index initialize insert inspect install invoke iterate join jump keep kill launch limit link list load
+lock log login logout make manage map mark match measure merge migrate mirror modify monitor mount move normalize
+open optimize output override pack parse paste pause perform pick ping play plot point pop prepare preview print
+process prompt protect publish pull push put query quit read rebase reboot receive record recover redirect reduce
+refresh register reload remove rename render reorder repair replace report request reset resize resolve restart
+restore resume retrieve return reverse revert rotate run save scale scan schedule search select send serialize set
+share show shrink shut sign simulate skip sort specify split start stop store strip submit subscribe suspend swap
+switch sync tag take test toggle trace track transfer transform translate trigger trim truncate turn type unblock
+undo uninstall unlock unmount unpack unset update upgrade upload use validate verify view wait watch wrap write
+yield zip""".split())
+
+
+def task_verb(word: str) -> str | None:
+    """A sentence's first word as a task verb in its base form ("Returns" -> "return"), else None."""
+    lowered = word.lower()
+    for base in (lowered, lowered[:-1] if lowered.endswith("s") else "", lowered[:-2] if lowered.endswith("es") else "",
+                 lowered[:-3] + "y" if lowered.endswith("ies") else ""):
+        if base in TASK_VERBS:
+            return base
+    return None
+
+
+def how_to(row: dict, rng: random.Random) -> str | None:
+    """A task-shaped query asked the way people ask documentation ("pueue: Kill a task" -> "How do I kill
+    a task with pueue?"; a docstring's "Return the terminal size" -> "How does click return the terminal
+    size?"): sites are asked how to do things, and their pages describe commands and functions ("Run
+    this in a package directory to bump the version"), a pairing no source shows as written. tldr's
+    command stays named, so another command's page that does the same task is not its answer wrongly;
+    None where the task does not start with a verb."""
+    query = row["query"]
+    if row["source"] == "tldr_pages":
+        command, _, task = query.partition(": ")
+        if not task:
+            return None
+    elif row["source"] == "code":
+        command, task = row["group"].split("/")[0], query
+    else:
+        return None
+    first, _, rest = task.strip().rstrip(".").partition(" ")
+    verb = task_verb(first)
+    if not verb or not rest:
+        return None
+    if row["source"] == "code" and rng.random() < 0.5:
+        return f"How does {command} {verb} {rest}?"
+    if row["source"] == "code":
+        return f"How do I {verb} {rest}?"
+    return rng.choice([f"How do I {verb} {rest} with {command}?", f"How can I {verb} {rest} using {command}?",
+                       f"{command}: how do I {verb} {rest}?"])
+
+
+def query_form(row: dict, rng: random.Random, how_to_share: float = 0.0) -> str:
+    """The query as asked (55%), as a claim where an answer is known (25%), or as keywords (20%); with
+    `how_to_share`, that share of the task-shaped queries (tldr's, code's) as a how-to question."""
+    if how_to_share and rng.random() < how_to_share:
+        asked = how_to(row, rng)
+        if asked:
+            return asked
     draw = rng.random()
     if draw < 0.25 and isinstance(row.get("answer"), str):
         return statement(row["query"], row["answer"]) or row["query"]

@@ -56,7 +56,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pairs import (CODE_PER_PACKAGE, REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples,  # noqa: E402,F401
-                   foreign_top, installed_file, keywords, lexical_traps, prepared, query_form, statement, swap_subject,
+                   foreign_top, how_to, installed_file, keywords, lexical_traps, prepared, query_form, statement, swap_subject,
                    swapped_subjects, triples)
 
 # ---------------------------------------------------------------- the model
@@ -283,6 +283,10 @@ def main() -> int:
                         help="stage 4 (not in the shipped model: docs/reranker.md): queries seen with a fourth "
                              "negative, a lexical trap from another domain, and their subjects swapped (8000 tried)")
     parser.add_argument("--trap-lr", type=float, default=2e-5)
+    parser.add_argument("--how-to-queries", type=int, default=0,
+                        help="stage 4, another kind: queries seen with stage 3's negatives, the task-shaped ones "
+                             "(tldr's, code's) mostly asked as how-to questions (pairs.how_to)")
+    parser.add_argument("--how-to-share", type=float, default=0.8)
     parser.add_argument("--stage1", type=Path, help="a stage 1 model.pt of the same seed: go straight to stage 2")
     parser.add_argument("--stage2", type=Path, help="a stage 2 model.pt of the same seed: go straight to stage 3")
     parser.add_argument("--stage3", type=Path, help="a stage 3 model.pt, or the model.onnx export_reranker.py "
@@ -300,8 +304,8 @@ def main() -> int:
     args = parser.parse_args()
     if args.stage2 and not args.akin_queries:
         parser.error("--stage2 starts stage 3, which --akin-queries sizes")
-    if args.stage3 and not args.trap_queries:
-        parser.error("--stage3 starts stage 4, which --trap-queries sizes")
+    if args.stage3 and not (args.trap_queries or args.how_to_queries):
+        parser.error("--stage3 starts stage 4, which --trap-queries or --how-to-queries sizes")
     loaded, start = next(((stage, path) for stage, path in ((3, args.stage3), (2, args.stage2), (1, args.stage1)) if path),
                          (0, None))
     torch.manual_seed(args.seed)
@@ -343,7 +347,7 @@ def main() -> int:
 
     code_train, code_held = code_rows(args.code_per_package)
 
-    def searched(seed: int, queries: int, akin: bool, traps: bool = False) -> list[tuple[str, ...]]:
+    def searched(seed: int, queries: int, akin: bool, traps: bool = False, how_to_share: float = 0.0) -> list[tuple[str, ...]]:
         """Training queries asked the ways a knowledgebase is searched, a quarter of them code. Each
         stage has its own seed, so it is the same whether the stage before ran now or was loaded.
         With `traps`, stage 4's lexical traps and subject swaps."""
@@ -351,10 +355,12 @@ def main() -> int:
         torch.manual_seed(seed)
         text_traps, code_traps = lexical_traps(train_rows, code_train) if traps else (None, None)
         others = swapped_subjects(train_rows, rng_stage) if traps else None
-        asked = [dict(row, query=query_form(row, rng_stage)) for row in train_rows]
+        asked = [dict(row, query=query_form(row, rng_stage, how_to_share)) for row in train_rows]
+        code_asked = [dict(row, query=(rng_stage.random() < how_to_share and how_to(row, rng_stage)) or row["query"])
+                      for row in code_train]
         swaps = [swap_subject(a["query"], swap) for a, swap in zip(asked, others)] if traps else None
         text_data = triples(asked, passages, train_passage_of, train_top, rng_stage, akin, text_traps, swaps)
-        code_data, *_ = code_triples(code_train, rng_stage, akin, code_traps, [None] * len(code_train) if traps else None)
+        code_data, *_ = code_triples(code_asked, rng_stage, akin, code_traps, [None] * len(code_train) if traps else None)
         say(f"{len(text_data)} text queries, {len(code_data)} code queries ({len(code_held)} held out)")
         code_share = queries // 4
         rng_stage.shuffle(text_data)
@@ -372,14 +378,18 @@ def main() -> int:
     if args.trap_queries:
         trapped = searched(args.seed + 3, args.trap_queries, akin=True, traps=True)
         train_steps(model, tok, trapped, args.batch, args.trap_lr, say, "stage 4", args.out / "stage4.pt", swapped=True)
+    if args.how_to_queries:
+        asked_how = searched(args.seed + 4, args.how_to_queries, akin=True, how_to_share=args.how_to_share)
+        train_steps(model, tok, asked_how, args.batch, args.trap_lr, say, "stage 4 (how-to)", args.out / "stage4.pt")
     final = args.out / "model.pt"
     torch.save(model.state_dict(), final)
 
     figures = evaluate(model, tok, *val[:1], passages, *val[1:])
     figures["stage1"] = stage1
     figures["forms"] = validation_forms(model, tok, val[0], passages, val[1], code_held)
-    seen = len(data) + args.stage2_queries + args.akin_queries + args.trap_queries  # the recipe's, stages loaded included
-    figures.update({"pairs_seen": 3 * (len(data) + args.stage2_queries) + 4 * args.akin_queries + 5 * args.trap_queries,
+    seen = len(data) + args.stage2_queries + args.akin_queries + args.trap_queries + args.how_to_queries  # stages loaded included
+    figures.update({"pairs_seen": 3 * (len(data) + args.stage2_queries) + 4 * (args.akin_queries + args.how_to_queries)
+                    + 5 * args.trap_queries,
                     "queries_seen": seen, "started_from": str(start or onnx_path),
                     "train_seconds": round(time.time() - started), "layers": args.layers,
                     "max_pieces": args.max_pieces, "seed": args.seed, "torch": torch.__version__,
@@ -389,7 +399,8 @@ def main() -> int:
     import export_reranker
 
     card = export_reranker.export(final, args.layers, args.max_pieces, args.package_dir, figures,
-                                  export_reranker.TRAPPED_VERSION if args.trap_queries else export_reranker.VERSION)
+                                  export_reranker.TRAPPED_VERSION if args.trap_queries or args.how_to_queries
+                                  else export_reranker.VERSION)
     card = export_reranker.calibrate(args.package_dir, args.train_dir, args.seed, args.validation)
     say(f"exported to {args.package_dir}: {json.dumps(card)}")
     # The blend and the gate's bars, through the product's own retrieval (its venv: no PyTorch there).
@@ -409,7 +420,8 @@ def validation_forms(model: CrossEncoder, tok: PairTokenizer, rows: list[dict], 
     and the held-out modules' functions asked by their docstrings."""
     out = {}
     for name, form in (("claims", lambda r: statement(r["query"], r["answer"]) if isinstance(r.get("answer"), str) else None),
-                       ("keywords", lambda r: keywords(r["query"]))):
+                       ("keywords", lambda r: keywords(r["query"])),
+                       ("how-to", lambda r: how_to(r, random.Random(r["query"])))):
         kept = [(dict(r, query=form(r)), p) for r, p in zip(rows, passage_of) if form(r)]
         asked = [r for r, _ in kept]
         out[name] = evaluate(model, tok, asked, passages, [p for _, p in kept],
@@ -417,6 +429,10 @@ def validation_forms(model: CrossEncoder, tok: PairTokenizer, rows: list[dict], 
     if code_held:
         _, code_passages, code_passage_of, code_top = code_triples(code_held, random.Random(0))
         out["code"] = evaluate(model, tok, code_held, code_passages, code_passage_of, code_top)
+        asked = [dict(r, query=how_to(r, random.Random(r["query"]))) for r in code_held]
+        asked = [r for r in asked if r["query"]]
+        _, code_passages, code_passage_of, code_top = code_triples(asked, random.Random(0))
+        out["code how-to"] = evaluate(model, tok, asked, code_passages, code_passage_of, code_top)
     return out
 
 
