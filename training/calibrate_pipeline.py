@@ -86,19 +86,26 @@ def held_out(seed: int, distractors: int) -> tuple[list[dict], list[dict]]:
     return chosen, extra
 
 
-def write_collections(rows: list[dict], root: Path, twin: str = "") -> None:
-    """One file per distinct passage, in its collection's folder (its name + `twin`); code as .py, the
-    rest as .txt. Each row learns its file's name."""
+def write_collections(rows: list[dict], root: Path, twin: str = "", pages: bool = False) -> None:
+    """One file per distinct passage, in its collection's folder (its name + `twin`); with `pages`, one
+    per page, article or module, its passages one after another, as a site's pages hold several
+    answers and many look-alikes. Code as .py, the rest as .txt. Each row learns its file's name."""
     names: dict[tuple[str, str], str] = {}
+    bodies: dict[tuple[str, str], list[str]] = {}
     for row in rows:
         collection = COLLECTIONS[row["source"]]
-        key = (collection, row["passage"])
+        key = (collection, row["group"] if pages else row["passage"])
         if key not in names:
             names[key] = f"{len(names):05d}{'.py' if collection == 'code' else '.txt'}"
-            body = row["passage"].split("\n", 1)[1] if collection == "code" else row["passage"]
-            (root / (collection + twin)).mkdir(parents=True, exist_ok=True)
-            (root / (collection + twin) / names[key]).write_text(body + "\n", encoding="utf-8")
+            bodies[key] = []
+        body = row["passage"].split("\n", 1)[1] if collection == "code" else row["passage"]
+        if body not in bodies[key]:
+            bodies[key].append(body)
         row["file"] = names[key]
+    for key, name in names.items():
+        folder = root / (key[0] + twin)
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / name).write_text("\n\n".join(bodies[key]) + "\n", encoding="utf-8")
 
 
 def near_half(row: dict) -> bool:
@@ -107,16 +114,21 @@ def near_half(row: dict) -> bool:
     return int(hashlib.sha256(row["group"].encode()).hexdigest(), 16) % 2 == 1
 
 
-def forms(row: dict) -> dict[str, str]:
+def forms(row: dict, how_to: bool = False) -> dict[str, str]:
+    """The ways a held-out query is asked; with `how_to`, task-shaped ones (tldr's, code's) also as a
+    how-to question (pairs.how_to): the way documentation is asked, and, asked of the next collection,
+    a technical off-topic question sharing its words (a command's task against functions that do
+    something like it), as a documentation site's off-topic messages do."""
     asked = {"question": row["query"], "keywords": pairs.keywords(row["query"])}
     if isinstance(row.get("answer"), str):
         asked["claim"] = pairs.statement(row["query"], row["answer"])
-    asked["how-to"] = pairs.how_to(row, random.Random(row["query"]))
+    if how_to:
+        asked["how-to"] = pairs.how_to(row, random.Random(row["query"]))
     return {form: text for form, text in asked.items() if text}
 
 
 def ask_all(rows: list[dict], root: Path, home: Path, judge: relevance.LocalReranker, per_collection: int,
-            seed: int) -> list[Asked]:
+            seed: int, how_to: bool = False) -> list[Asked]:
     names = sorted(set(COLLECTIONS.values()))
     section = {"directories": [{"path": str(root / name), "name": name} for name in names + [n + NEAR for n in names]],
                "rerank": "off"}
@@ -135,7 +147,7 @@ def ask_all(rows: list[dict], root: Path, home: Path, judge: relevance.LocalRera
             targets = [(collection, True), (OFF_TOPIC_OF[collection], False)]
             if row["near"]:
                 targets.append((collection + NEAR, False))
-            for form, text in forms(row).items():
+            for form, text in forms(row, how_to).items():
                 for target, answerable in targets:
                     hits = kb.search(text, k=relevance.DEPTH, directory=target).hits
                     one = Asked(collection, form, answerable, confidence=confidence(hits), near=target.endswith(NEAR))
@@ -239,6 +251,10 @@ def main() -> int:
     parser.add_argument("--per-collection", type=int, default=300, help="held-out queries asked of each collection")
     parser.add_argument("--distractors", type=int, default=2000, help="training-side passages added to each collection")
     parser.add_argument("--seed", type=int, default=13)
+    parser.add_argument("--how-to", action="store_true",
+                        help="also ask task-shaped queries as how-to questions (a model trained with --how-to-queries)")
+    parser.add_argument("--pages", action="store_true",
+                        help="one file per page, article or module rather than per passage")
     parser.add_argument("--asked", type=Path, help="the .asked.json of an earlier run of the same model: choose again, ask nothing")
     parser.add_argument("--write-card", action="store_true",
                         help="keep the best blend and the gate's bars in the model's card.json")
@@ -250,12 +266,13 @@ def main() -> int:
         rows, extra = held_out(args.seed, args.distractors)
         with tempfile.TemporaryDirectory() as work:
             twins = [dict(row) for row in extra] + [dict(row) for row in rows if not near_half(row)]
-            write_collections(twins, Path(work) / "collections", NEAR)
+            write_collections(twins, Path(work) / "collections", NEAR, args.pages)
             held = {twin["passage"] for twin in twins}
             for row in rows:  # a passage that another page holds word for word would answer it there
                 row["near"] = near_half(row) and row["passage"] not in held
-            write_collections(rows + extra, Path(work) / "collections")
-            asked = ask_all(rows, Path(work) / "collections", Path(work) / "home", judge, args.per_collection, args.seed)
+            write_collections(rows + extra, Path(work) / "collections", pages=args.pages)
+            asked = ask_all(rows, Path(work) / "collections", Path(work) / "home", judge, args.per_collection, args.seed,
+                             args.how_to)
         args.out.with_suffix(".asked.json").write_text(json.dumps([one.__dict__ for one in asked]))
     blends = blend_table(asked, BLENDS | {"the card's": judge.weights})
     for name, row in blends.items():

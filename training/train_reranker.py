@@ -33,6 +33,9 @@ The recipe, and why:
   found (a tldr command, an article's title, a condition's name) is asked once more naming another
   one of its source's, a negative for its own positive: the model must read what a question names
   ("free memory in C++" is not answered by a page on C functions for PostgreSQL).
+- Stage 4 of another kind (`--how-to-queries`, off by default, not shipped either) asks tldr's and code's
+  task-shaped queries as how-to questions (pairs.how_to: "How do I kill a task with pueue?"), the way
+  documentation is asked, which no source shows as written.
 - Validation keeps whole pages/articles (and code modules) out of training (grouped split) and ranks
   each held-out query's positive among its BM25 top 20; then export_reranker.py writes the package's
   files and calibrate_pipeline.py chooses the blend and the gate's bars through the product's own
@@ -409,7 +412,7 @@ def main() -> int:
     product = REPO / ".venv" / "bin" / "python"
     subprocess.run([str(product), str(Path(__file__).with_name("calibrate_pipeline.py")), "--model-dir",
                     str(args.package_dir), "--seed", str(args.seed), "--out", str(args.out / "pipeline.json"),
-                    "--write-card"], check=True)
+                    "--write-card", *(["--how-to"] if args.how_to_queries else [])], check=True)
     say(f"blend and gate chosen through the product's retrieval: {args.out / 'pipeline.json'}")
     return 0
 

@@ -1,0 +1,36 @@
+"""training/calibrate_pipeline.py's collections: written per passage, or per page as a site holds them."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
+import calibrate_pipeline  # noqa: E402
+
+
+def rows() -> list[dict]:
+    return [{"source": "medquad", "group": "ascher", "passage": "Ascher syndrome shows as swollen eyelids."},
+            {"source": "medquad", "group": "ascher", "passage": "Ascher syndrome is treated by surgery."},
+            {"source": "medquad", "group": "ascher", "passage": "Ascher syndrome is treated by surgery."},
+            {"source": "medquad", "group": "bloom", "passage": "Bloom syndrome is inherited."},
+            {"source": "code", "group": "pkg/mod.py", "passage": "parse\ndef parse(text):\n    return text.split()"}]
+
+
+def test_each_passage_is_a_file_of_its_collection(tmp_path):
+    asked = rows()
+    calibrate_pipeline.write_collections(asked, tmp_path)
+    assert len({row["file"] for row in asked}) == 4
+    assert (tmp_path / "docs" / asked[1]["file"]).read_text() == "Ascher syndrome is treated by surgery.\n"
+    assert asked[1]["file"] == asked[2]["file"]
+    assert (tmp_path / "code" / asked[4]["file"]).read_text() == "def parse(text):\n    return text.split()\n"
+
+
+def test_with_pages_a_page_holds_its_passages_once_each_in_order(tmp_path):
+    asked = rows()
+    calibrate_pipeline.write_collections(asked, tmp_path, "-near", pages=True)
+    assert asked[0]["file"] == asked[1]["file"] == asked[2]["file"] != asked[3]["file"]
+    page = (tmp_path / "docs-near" / asked[0]["file"]).read_text()
+    assert page == "Ascher syndrome shows as swollen eyelids.\n\nAscher syndrome is treated by surgery.\n"
+    assert sorted(p.name for p in (tmp_path / "docs-near").iterdir()) == sorted({asked[0]["file"], asked[3]["file"]})
+    assert asked[4]["file"].endswith(".py")
