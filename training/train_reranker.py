@@ -59,8 +59,8 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pairs import (CODE_PER_PACKAGE, REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples,  # noqa: E402,F401
-                   foreign_top, how_to, installed_file, keywords, lexical_traps, prepared, query_form, statement, swap_subject,
-                   swapped_subjects, triples)
+                   foreign_top, how_to, installed_file, keywords, lexical_traps, prepared, query_form, statement,
+                   swap_subject, swapped_subjects, triples)
 
 # ---------------------------------------------------------------- the model
 
@@ -360,7 +360,7 @@ def main() -> int:
         others = swapped_subjects(train_rows, rng_stage) if traps else None
         asked = [dict(row, query=query_form(row, rng_stage, how_to_share)) for row in train_rows]
         code_asked = [dict(row, query=(rng_stage.random() < how_to_share and how_to(row, rng_stage)) or row["query"])
-                      for row in code_train]
+                      for row in code_train] if how_to_share else code_train  # stages 2 and 3 draw as they always did
         swaps = [swap_subject(a["query"], swap) for a, swap in zip(asked, others)] if traps else None
         text_data = triples(asked, passages, train_passage_of, train_top, rng_stage, akin, text_traps, swaps)
         code_data, *_ = code_triples(code_asked, rng_stage, akin, code_traps, [None] * len(code_train) if traps else None)
@@ -419,8 +419,9 @@ def main() -> int:
 
 def validation_forms(model: CrossEncoder, tok: PairTokenizer, rows: list[dict], passages: list[str],
                      passage_of: list[int], code_held: list[dict]) -> dict:
-    """The held-out queries asked as claims and as keywords (each ranked among its own BM25 top 20),
-    and the held-out modules' functions asked by their docstrings."""
+    """The held-out queries asked as claims, as keywords and (tldr's) as how-to questions, each ranked
+    among its own BM25 top 20, and the held-out modules' functions asked by their docstrings, as
+    written and as how-to questions."""
     out = {}
     for name, form in (("claims", lambda r: statement(r["query"], r["answer"]) if isinstance(r.get("answer"), str) else None),
                        ("keywords", lambda r: keywords(r["query"])),
