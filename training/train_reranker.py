@@ -59,7 +59,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pairs import (CODE_PER_PACKAGE, REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples,  # noqa: E402,F401
-                   foreign_top, how_to, installed_file, keywords, lexical_traps, prepared, query_form, statement,
+                   DOMAINS, foreign_top, how_to, installed_file, keywords, lexical_traps, prepared, query_form, statement,
                    swap_subject, swapped_subjects, triples)
 
 # ---------------------------------------------------------------- the model
@@ -290,6 +290,8 @@ def main() -> int:
                         help="stage 4, another kind: queries seen with stage 3's negatives, the task-shaped ones "
                              "(tldr's, code's) mostly asked as how-to questions (pairs.how_to)")
     parser.add_argument("--how-to-share", type=float, default=0.8)
+    parser.add_argument("--how-to-swaps", default="", help="domains (pairs.DOMAINS, comma-separated) whose queries the "
+                        "how-to stage also asks naming another subject, as negatives (commands: tried)")
     parser.add_argument("--stage1", type=Path, help="a stage 1 model.pt of the same seed: go straight to stage 2")
     parser.add_argument("--stage2", type=Path, help="a stage 2 model.pt of the same seed: go straight to stage 3")
     parser.add_argument("--stage3", type=Path, help="a stage 3 model.pt, or the model.onnx export_reranker.py "
@@ -350,20 +352,24 @@ def main() -> int:
 
     code_train, code_held = code_rows(args.code_per_package)
 
-    def searched(seed: int, queries: int, akin: bool, traps: bool = False, how_to_share: float = 0.0) -> list[tuple[str, ...]]:
+    def searched(seed: int, queries: int, akin: bool, traps: bool = False, how_to_share: float = 0.0,
+                 swaps_of: frozenset[str] = frozenset()) -> list[tuple[str, ...]]:
         """Training queries asked the ways a knowledgebase is searched, a quarter of them code. Each
         stage has its own seed, so it is the same whether the stage before ran now or was loaded.
-        With `traps`, stage 4's lexical traps and subject swaps."""
+        With `traps`, stage 4's lexical traps and subject swaps; with `swaps_of`, subject swaps alone, for
+        those domains' queries."""
         rng_stage = random.Random(seed)
         torch.manual_seed(seed)
         text_traps, code_traps = lexical_traps(train_rows, code_train) if traps else (None, None)
-        others = swapped_subjects(train_rows, rng_stage) if traps else None
+        others = swapped_subjects(train_rows, rng_stage) if traps or swaps_of else None
+        if swaps_of and not traps:
+            others = [swap if DOMAINS[row["source"]] in swaps_of else None for row, swap in zip(train_rows, others)]
         asked = [dict(row, query=query_form(row, rng_stage, how_to_share)) for row in train_rows]
         code_asked = [dict(row, query=(rng_stage.random() < how_to_share and how_to(row, rng_stage)) or row["query"])
                       for row in code_train] if how_to_share else code_train  # stages 2 and 3 draw as they always did
-        swaps = [swap_subject(a["query"], swap) for a, swap in zip(asked, others)] if traps else None
+        swaps = [swap_subject(a["query"], swap) for a, swap in zip(asked, others)] if others is not None else None
         text_data = triples(asked, passages, train_passage_of, train_top, rng_stage, akin, text_traps, swaps)
-        code_data, *_ = code_triples(code_asked, rng_stage, akin, code_traps, [None] * len(code_train) if traps else None)
+        code_data, *_ = code_triples(code_asked, rng_stage, akin, code_traps, [None] * len(code_train) if others is not None else None)
         say(f"{len(text_data)} text queries, {len(code_data)} code queries ({len(code_held)} held out)")
         code_share = queries // 4
         rng_stage.shuffle(text_data)
@@ -382,8 +388,10 @@ def main() -> int:
         trapped = searched(args.seed + 3, args.trap_queries, akin=True, traps=True)
         train_steps(model, tok, trapped, args.batch, args.trap_lr, say, "stage 4", args.out / "stage4.pt", swapped=True)
     if args.how_to_queries:
-        asked_how = searched(args.seed + 4, args.how_to_queries, akin=True, how_to_share=args.how_to_share)
-        train_steps(model, tok, asked_how, args.batch, args.trap_lr, say, "stage 4 (how-to)", args.out / "stage4.pt")
+        swaps_of = frozenset(args.how_to_swaps.split(",")) if args.how_to_swaps else frozenset()
+        asked_how = searched(args.seed + 4, args.how_to_queries, akin=True, how_to_share=args.how_to_share, swaps_of=swaps_of)
+        train_steps(model, tok, asked_how, args.batch, args.trap_lr, say, "stage 4 (how-to)", args.out / "stage4.pt",
+                    swapped=bool(swaps_of))
     final = args.out / "model.pt"
     torch.save(model.state_dict(), final)
 
