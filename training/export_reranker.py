@@ -25,7 +25,7 @@ import train_reranker as recipe  # noqa: E402
 
 PACKAGE_DIR = recipe.REPO / "hermes_kb" / "agent" / "knowledgebase" / "models" / "reranker"
 NAME, VERSION = "hermes-kb-relevance-minilm-l3", "1.2"
-TRAPPED_VERSION = "1.3"  # with the fourth stage (lexical traps and swapped subjects), not shipped yet
+STAGE4_VERSION = "1.3"  # with a fourth stage (--trap-queries or --how-to-queries), none shipped yet
 MIN_QUANTIZED = 16384  # initializers with fewer values stay fp32 (biases, norms, the head)
 
 

@@ -347,13 +347,18 @@ def how_to(row: dict, rng: random.Random) -> str | None:
                        f"{command}: how do I {verb} {rest}?"])
 
 
+def drawn_how_to(row: dict, rng: random.Random, share: float) -> str | None:
+    """The row's how-to question (`how_to`) for `share` of the rows drawn, else None; no draw at all
+    when `share` is 0, so stages asked without how-to questions draw as they always did."""
+    return how_to(row, rng) if share and rng.random() < share else None
+
+
 def query_form(row: dict, rng: random.Random, how_to_share: float = 0.0) -> str:
     """The query as asked (55%), as a claim where an answer is known (25%), or as keywords (20%); with
     `how_to_share`, that share of the task-shaped queries (tldr's, code's) as a how-to question."""
-    if how_to_share and rng.random() < how_to_share:
-        asked = how_to(row, rng)
-        if asked:
-            return asked
+    asked = drawn_how_to(row, rng, how_to_share)
+    if asked:
+        return asked
     draw = rng.random()
     if draw < 0.25 and isinstance(row.get("answer"), str):
         return statement(row["query"], row["answer"]) or row["query"]

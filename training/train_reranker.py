@@ -59,7 +59,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pairs import (CODE_PER_PACKAGE, REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples,  # noqa: E402,F401
-                   DOMAINS, foreign_top, how_to, installed_file, keywords, lexical_traps, prepared, query_form, statement,
+                   DOMAINS, drawn_how_to, foreign_top, how_to, installed_file, keywords, lexical_traps, prepared, query_form, statement,
                    swap_subject, swapped_subjects, triples)
 
 # ---------------------------------------------------------------- the model
@@ -365,8 +365,7 @@ def main() -> int:
         if swaps_of and not traps:
             others = [swap if DOMAINS[row["source"]] in swaps_of else None for row, swap in zip(train_rows, others)]
         asked = [dict(row, query=query_form(row, rng_stage, how_to_share)) for row in train_rows]
-        code_asked = [dict(row, query=(rng_stage.random() < how_to_share and how_to(row, rng_stage)) or row["query"])
-                      for row in code_train] if how_to_share else code_train  # stages 2 and 3 draw as they always did
+        code_asked = [dict(row, query=drawn_how_to(row, rng_stage, how_to_share) or row["query"]) for row in code_train]
         swaps = [swap_subject(a["query"], swap) for a, swap in zip(asked, others)] if others is not None else None
         text_data = triples(asked, passages, train_passage_of, train_top, rng_stage, akin, text_traps, swaps)
         code_data, *_ = code_triples(code_asked, rng_stage, akin, code_traps, [None] * len(code_train) if others is not None else None)
@@ -410,7 +409,7 @@ def main() -> int:
     import export_reranker
 
     card = export_reranker.export(final, args.layers, args.max_pieces, args.package_dir, figures,
-                                  export_reranker.TRAPPED_VERSION if args.trap_queries or args.how_to_queries
+                                  export_reranker.STAGE4_VERSION if args.trap_queries or args.how_to_queries
                                   else export_reranker.VERSION)
     card = export_reranker.calibrate(args.package_dir, args.train_dir, args.seed, args.validation)
     say(f"exported to {args.package_dir}: {json.dumps(card)}")
