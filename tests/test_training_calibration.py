@@ -34,3 +34,18 @@ def test_with_pages_a_page_holds_its_passages_once_each_in_order(tmp_path):
     assert page == "Ascher syndrome shows as swollen eyelids.\n\nAscher syndrome is treated by surgery.\n"
     assert sorted(p.name for p in (tmp_path / "docs-near").iterdir()) == sorted({asked[0]["file"], asked[3]["file"]})
     assert asked[4]["file"].endswith(".py")
+
+
+def test_a_search_shut_by_its_named_setting_never_opens_and_is_counted_by_kind():
+    weights = ((12, 0.75),)
+    sure = dict(retrieval=[0.9, 0.5], right=[False, False], judged=[0.99, 0.1], confidence=2.0)
+    shut = calibrate_pipeline.Asked("docs", "question", False, off_setting=[True, True], **sure)
+    named = calibrate_pipeline.Asked("docs", "question", True, off_setting=[False, True],
+                                     **(sure | {"right": [True, False]}))
+    near = calibrate_pipeline.Asked("docs", "question", False, near=True, **sure)
+    assert calibrate_pipeline.block_of(shut, weights)[2] and not calibrate_pipeline.block_of(named, weights)[2]
+    row = next(r for r in calibrate_pipeline.gate_table([shut, named, near], 0.75, weights)
+               if r["threshold"] == 0.5 and r["veto"] == 0.0)
+    assert row["off_topic_opened"] == 0.0 and row["answerable_opened"] == 1.0 and row["near_miss_opened"] == 1.0
+    assert calibrate_pipeline.setting_table([shut, named, near], weights) == {
+        "answerable": 0, "answerable_right": 0, "off_topic": 1, "near_miss": 0, "named_foreign": 2}

@@ -63,6 +63,7 @@ class Asked:
     judged: list[float] = field(default_factory=list)
     confidence: float = 0.0
     near: bool = False  # asked of its own kind of collection without its page, article or module
+    off_setting: list[bool] = field(default_factory=list)  # per candidate: the question's foreign setting unsaid (subject.py)
 
 
 def held_out(seed: int, distractors: int) -> tuple[list[dict], list[dict]]:
@@ -149,8 +150,11 @@ def ask_all(rows: list[dict], root: Path, home: Path, judge: relevance.LocalRera
                 targets.append((collection + NEAR, False))
             for form, text in forms(row, how_to).items():
                 for target, answerable in targets:
-                    hits = kb.search(text, k=relevance.DEPTH, directory=target).hits
+                    result = kb.search(text, k=relevance.DEPTH, directory=target)
+                    hits, setting = result.hits, result.setting
                     one = Asked(collection, form, answerable, confidence=confidence(hits), near=target.endswith(NEAR))
+                    if setting is not None and setting.foreign:
+                        one.off_setting = [not setting.held_by(h) for h in hits]
                     one.retrieval = [h.score for h in hits]
                     one.right = [answerable and h.path == row["file"] for h in hits]
                     one.judged = judge.scores(text, [f"{h.heading}\n{h.text}" if h.heading else h.text for h in hits]) if hits else []
@@ -200,23 +204,34 @@ def blend_table(asked: list[Asked], blends: dict) -> dict[str, dict[str, float]]
 
 # ---------------------------------------------------------------- the gate
 
-def block_of(one: Asked, weights) -> tuple[float, bool]:
-    """The judgement the gate reads (the first passage's) and whether the block the hook would send
-    holds the answer: the first passage and those within COMPANION_MARGIN of its blended score and
-    judged at least COMPANION_RELEVANCE of it, up to max_context_chunks (AutoRetriever.choose)."""
+def block_of(one: Asked, weights) -> tuple[float, bool, bool]:
+    """The judgement the gate reads (the first passage's), whether the block the hook would send
+    holds the answer (the first passage and those within COMPANION_MARGIN of its blended score and
+    judged at least COMPANION_RELEVANCE of it, up to max_context_chunks: AutoRetriever.choose), and
+    whether the question's named setting keeps the gate shut (AutoRetriever.opens)."""
     scores = blended_scores(one, weights)
     order = ranked(scores)
     first = order[0]
     block = [i for i in order if scores[i] >= scores[first] - COMPANION_MARGIN
              and one.judged[i] >= COMPANION_RELEVANCE * one.judged[first]][:CHUNKS]
-    return one.judged[first], any(one.right[i] for i in block)
+    shut = bool(one.off_setting) and all(one.off_setting[i] for i in order[:CHUNKS])
+    return one.judged[first], any(one.right[i] for i in block), shut
+
+
+def setting_table(asked: list[Asked], weights) -> dict[str, int]:
+    """Searches whose named setting shut the gate (subject.py), of each kind: what the rule costs in
+    answers and what it refuses."""
+    shut = [(a, right) for a in asked if a.retrieval for _, right, closed in [block_of(a, weights)] if closed]
+    return {"answerable": sum(a.answerable for a, _ in shut), "answerable_right": sum(a.answerable and right for a, right in shut),
+            "off_topic": sum(not a.answerable and not a.near for a, _ in shut), "near_miss": sum(a.near for a, _ in shut),
+            "named_foreign": sum(bool(a.off_setting) for a in asked)}
 
 
 def gate_table(asked: list[Asked], retrieval_bar: float, weights) -> list[dict]:
     """For each (threshold, veto): answerable opened, blocks holding the answer among them, off-topic
     opened (another domain) and near-misses opened (context.AutoRetriever.opens: the judgement at
     `threshold`, or a confident retrieval not vetoed). A search that found nothing never opens."""
-    seen = [(a, *block_of(a, weights)) for a in asked if a.retrieval]
+    seen = [(a, p, right) for a in asked if a.retrieval for p, right, shut in [block_of(a, weights)] if not shut]
     kinds = {"answerable_opened": lambda a: a.answerable, "off_topic_opened": lambda a: not a.answerable and not a.near,
              "near_miss_opened": lambda a: a.near}
     totals = {name: max(1, sum(map(kind, asked))) for name, kind in kinds.items()}
@@ -290,6 +305,7 @@ def main() -> int:
     best = next((r for r in gate if r["veto"] == judge.veto and r["off_topic_opened"] <= MAX_OFF_TOPIC / 2
                  and r["precision"] >= MIN_PRECISION), None)
     print(f"best blend: {best_blend} {weights}")
+    print(f"shut by a named setting (subject.py): {json.dumps(setting_table(asked, weights))}")
     print(f"gate at the card's bars {judge.threshold}/{judge.veto}: {json.dumps(now)}")
     print(f"the gate's bar (off-topic <= {MAX_OFF_TOPIC / 2}, precision >= {MIN_PRECISION}): {json.dumps(best)}")
     chosen = {"blend": [list(pair) for pair in weights], "blend_name": best_blend, "gate": best,

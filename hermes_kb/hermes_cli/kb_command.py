@@ -177,12 +177,13 @@ def _search(kb: KnowledgeBase, args, out: Console, err: Console) -> int:
                        intent=query or None)
     if args.json:
         _emit_json(out, {"query": query, **({"searches": searches} if searches else {}), "hits": [h.to_dict() for h in result.hits], "warnings": result.warnings,
-                         "rerank": asdict(result.rerank) if result.rerank else None})
+                         "rerank": asdict(result.rerank) if result.rerank else None,
+                         "setting": result.setting.to_dict() if result.setting else None})
         return 0
     for warning in result.warnings:
         err.print(f"[yellow]warning:[/] {safe(warning)}")
     if args.explain:
-        _explain_rerank(result, err)
+        _explain_judgement(result, err, kb.config.max_context_chunks)
     if not result.hits:
         out.print("No results.")
     for n, hit in enumerate(result.hits, 1):
@@ -207,12 +208,22 @@ def _scores(hit) -> str:
     return "; " + ", ".join(f"{name} {value:.3f}" for name, value in parts) if parts else ""
 
 
-def _explain_rerank(result, err: Console) -> None:
+def _explain_judgement(result, err: Console, block_size: int) -> None:
     judged = result.rerank
     if judged is not None:
         note = f": {judged.skipped}" if judged.skipped else ""
         err.print(f"[dim]relevance stage {safe(judged.engine)}: {judged.judged} judged in "
                   f"{judged.seconds * 1000:.0f} ms{safe(note)}[/]", highlight=False)
+    setting = result.setting
+    if setting is not None:
+        if not setting.foreign:
+            verdict = "the collection's own subject"
+        elif any(setting.held_by(hit) for hit in result.hits[:block_size]):
+            verdict = "a hit the chat hook could inject names it"
+        else:
+            verdict = "no hit the chat hook could inject names it, so it injects nothing"
+        err.print(f"[dim]set in {safe(setting.name)}: {setting.share:.2%} of passages say {safe(setting.word)!r}; "
+                  f"{verdict}[/]", highlight=False)
 
 
 def snippet_text(snippet: Snippet) -> list[Text]:

@@ -22,6 +22,7 @@ from .kinds import registry
 from .reranker import Judged
 from .retriever import Hit
 from .service import MAX_QUERY_CHARS, KnowledgeBase
+from .subject import NamedSetting
 
 log = logging.getLogger(__name__)
 
@@ -257,7 +258,7 @@ class AutoRetriever:
             log.warning("knowledgebase retrieval skipped: %s", exc)
             return None
         hits = result.hits
-        if not hits or not self.opens(hits, result.rerank, forced is not None):
+        if not hits or not self.opens(hits, result.rerank, forced is not None, result.setting):
             return None
         chosen = self.choose(hits, forced is not None)
         if not chosen:
@@ -271,13 +272,19 @@ class AutoRetriever:
         self.injected.discard(hit.content_hash)
         self.citations.forget(hit_key(hit))
 
-    def opens(self, hits: list[Hit], judged: Judged | None, forced: bool = False) -> bool:
+    def opens(self, hits: list[Hit], judged: Judged | None, forced: bool = False,
+              setting: NamedSetting | None = None) -> bool:
         """The gate, retrieval's confidence and the relevance model's judgement together: a passage the
         model is sure answers (its probability at rerank_threshold, by default the engine's calibrated
         bar) opens it whatever retrieval's confidence; a confident retrieval opens it unless the model
         is sure the passage does not answer (under the engine's veto, which held-out answers almost
         never fall below: the off-topic look-alike). Nothing judged: retrieval's confidence alone.
-        `@kb` lowers every bar."""
+        Neither opens it for a question set in a tool or system the collection hardly mentions and no
+        passage a block could carry names (subject.py: "... in MySQL?" asked of the PostgreSQL manual).
+        `@kb` lowers every bar and asks no setting."""
+        if not forced and setting is not None and setting.foreign and \
+                not any(setting.held_by(hit) for hit in hits[:self.config.max_context_chunks]):
+            return False
         share = FORCED_SHARE if forced else 1.0
         sure = confidence(hits) >= self.config.relevance_threshold * share
         relevance = hits[0].rerank_score

@@ -35,6 +35,7 @@ from .index.store_keywords import StoreKeywords
 from .index.vector_cache import VectorCache, VectorDelta
 from .reranker import Judged, Reranker, RerankError, ScoreCache
 from .snippets import Snippet
+from .subject import NamedSetting, named_setting
 
 log = logging.getLogger(__name__)
 
@@ -218,6 +219,7 @@ class SearchResult:
     warnings: list[str] = field(default_factory=list)
     unmatched: list[str] = field(default_factory=list)  # the query's words, when no indexed chunk holds any
     rerank: Judged | None = None  # what the relevance stage did, when one was asked for
+    setting: NamedSetting | None = None  # the tool or system an English question names at its end (subject.py)
 
 
 _CAMEL_PART = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
@@ -562,6 +564,7 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
             return result
     analysed = analysis.AnalysedQuery(query, {name for source in sources for name in source.languages})
     language, terms = analysed.language, analysed.words
+    result.setting = named_setting(analysed, sources)
     scored = _fuse(_gather(sources, analysed, options, result, allowed), options, query, language)
     rows: dict[tuple[str, int], object] = {}
     kept: list[Hit] = []

@@ -1,0 +1,84 @@
+"""The setting a question names ("How do I make a column unique in MySQL?", "... with Node.js?") and how
+much of the searched collection is about it: the injection gate's test for a question about another tool.
+
+A documentation collection meets questions about its neighbours: asked of the PostgreSQL manual, "make a
+column unique in MySQL" finds the manual's own page on unique indexes, and the relevance model, which
+reads the task far more than the setting ("in MySQL" moved its judgement from 0.57 to 0.63), calls it an
+answer. What the model does not weigh the collection itself knows: a name it rarely mentions is not its
+subject, and a block none of whose passages says it answers the task for something else. The
+collection's own subject is exempt however seldom a page repeats it (the manual's pages rarely say
+"PostgreSQL", but hundreds do), and so is anything a passage the block could carry mentions (its text,
+heading path or file name). Only a name-shaped setting counts
+(a capital, a digit, `.`, `+` or `#`: MySQL, Go, C++, Node.js, Python 3): a plain word there ("in a
+list", "from my machine") is often said in other words by the page that answers it, and this module
+has no vocabulary to tell a lower-case tool's name from an English word.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Sequence
+
+from . import analysis
+
+if TYPE_CHECKING:
+    from .retriever import Hit, SearchSource
+
+# The setting of a how-to question: its last words, after a preposition that names a tool, language or
+# system ("in", "with", "from", "using", "via", "on"), an article allowed, a version number after it.
+_SETTING = re.compile(r"\b(?:in|with|from|using|via|on)\s+(?:(?:a|an|the|my|your|our|this|that)\s+)?"
+                      r"(?P<name>[\w.+#-]*[^\W\d_][\w.+#-]*?)(?:\s+v?\d[\w.]*)?[\s.!]*\?\s*$", re.IGNORECASE)
+# Under this share of the searched passages, a name is not what the collection is about: each of the
+# manual's own subjects (PostgreSQL, SQL, psql) is in far more; a neighbour named in passing, far fewer.
+FOREIGN_SHARE = 0.02
+
+
+@dataclass(frozen=True)
+class NamedSetting:
+    """A question's named setting: the name as typed, its rarest word in the searched indexes, and the
+    share of their passages that hold that word."""
+    name: str
+    word: str
+    share: float
+
+    @property
+    def foreign(self) -> bool:
+        return self.share < FOREIGN_SHARE
+
+    def held_by(self, hit: Hit) -> bool:
+        """Whether the passage (its text, heading or file name) says the name's rarest word, as keyword
+        search reads words (stemmed in the passage's language)."""
+        text = f"{hit.path}\n{hit.heading or ''}\n{hit.text}"
+        return bool(analysis.term_spans(text, [self.word], hit.languages))
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "word": self.word, "share": round(self.share, 5), "foreign": self.foreign}
+
+
+def setting_name(question: str) -> str | None:
+    """The name a question ends on as its setting, when it is shaped like a name."""
+    found = _SETTING.search(question.strip())
+    if found is None:
+        return None
+    name = found.group("name").strip(".-")
+    shaped = any(c.isupper() or c.isdigit() for c in name) or bool(set(name) & set(".+#"))
+    return name if shaped else None
+
+
+def named_setting(query: analysis.AnalysedQuery, sources: Sequence[SearchSource]) -> NamedSetting | None:
+    """The setting an English question names and how common its rarest word is across `sources`; None
+    for any other query, and where no index has passages."""
+    if query.language != analysis.ENGLISH:
+        return None
+    name = setting_name(query.text)
+    words = analysis.surface_words(name) if name else []
+    total = sum(source.keyword_index().count for source in sources)
+    if not words or not total:
+        return None
+    held = [0] * len(words)
+    for source in sources:
+        for i, frequency in enumerate(source.keyword_index().document_frequencies(words, source.languages, query)):
+            held[i] += frequency
+    rarest = min(range(len(words)), key=held.__getitem__)
+    return NamedSetting(name, words[rarest], held[rarest] / total)
