@@ -27,8 +27,10 @@ if TYPE_CHECKING:
 
 # The setting of a how-to question: its last words, after a preposition that names a tool, language or
 # system ("in", "with", "from", "using", "via", "on"), an article allowed, a version number after it.
+# Read in the question's last TAIL characters only: a setting ends it, and a pasted page must cost nothing.
 _SETTING = re.compile(r"\b(?:in|with|from|using|via|on)\s+(?:(?:a|an|the|my|your|our|this|that)\s+)?"
-                      r"(?P<name>[\w.+#-]*[^\W\d_][\w.+#-]*?)(?:\s+v?\d[\w.]*)?[\s.!]*\?\s*$", re.IGNORECASE)
+                      r"(?P<name>[\w.+#-]+?)(?:\s+v?\d[\w.]*)?[\s.!]*\?\s*$", re.IGNORECASE)
+TAIL = 160
 # Under this share of the searched passages, a name is not what the collection is about: each of the
 # manual's own subjects (PostgreSQL, SQL, psql) is in far more; a neighbour named in passing, far fewer.
 FOREIGN_SHARE = 0.02
@@ -58,10 +60,12 @@ class NamedSetting:
 
 def setting_name(question: str) -> str | None:
     """The name a question ends on as its setting, when it is shaped like a name."""
-    found = _SETTING.search(question.strip())
+    found = _SETTING.search(question.strip()[-TAIL:])
     if found is None:
         return None
     name = found.group("name").strip(".-")
+    if not any(c.isalpha() for c in name):
+        return None  # a year or a version is not a name
     shaped = any(c.isupper() or c.isdigit() for c in name) or bool(set(name) & set(".+#"))
     return name if shaped else None
 
