@@ -7,11 +7,12 @@ reads the task far more than the setting ("in MySQL" moved its judgement from 0.
 answer. What the model does not weigh the collection itself knows: a name it rarely mentions is not its
 subject, and a block none of whose passages says it answers the task for something else. The
 collection's own subject is exempt however seldom a page repeats it (the manual's pages rarely say
-"PostgreSQL", but hundreds do), and so is anything a passage the block could carry mentions (its text,
-heading path or file name). Only a name-shaped setting counts
-(a capital, a digit, `.`, `+` or `#`: MySQL, Go, C++, Node.js, Python 3): a plain word there ("in a
-list", "from my machine") is often said in other words by the page that answers it, and this module
-has no vocabulary to tell a lower-case tool's name from an English word.
+"PostgreSQL", but hundreds do), and so is anything a passage the block could carry mentions in its
+text, heading path or file name.
+
+Only a name-shaped setting counts (a capital, a digit, `.`, `+` or `#`: MySQL, Go, C++, Node.js,
+Python 3): a plain word there ("in a list", "from my machine") is often said in other words by the page
+that answers it, and nothing here tells a lower-case tool's name from an English word.
 """
 
 from __future__ import annotations
