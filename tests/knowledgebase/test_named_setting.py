@@ -17,7 +17,8 @@ from tests.knowledgebase.test_reranker import CountingEngine
     ("How do I free memory in C++?", "C++"),
     ("How do I read a JSON file with Node.js ?", "Node.js"),
     ("How do I set a timeout on an HTTP request in Go?", "Go"),
-    ("Can I install it on Windows 10?", "Windows"),
+    ("How do I install it with Windows 10?", "Windows"),
+    ("How do I set up replication on Ubuntu?", None),  # where it runs, which its answer seldom names
     ("How do I find duplicates in a list?", None),  # a plain word: often said otherwise by its answer
     ("How do I install Node.js with nvm?", None),  # lower case: a tool's name or an English word
     ("What did Tesla do in 1890?", None),  # a number is not a name

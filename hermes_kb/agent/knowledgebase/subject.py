@@ -26,10 +26,12 @@ from . import analysis
 if TYPE_CHECKING:
     from .retriever import Hit, SearchSource
 
-# The setting of a how-to question: its last words, after a preposition that names a tool, language or
-# system ("in", "with", "from", "using", "via", "on"), an article allowed, a version number after it.
-# Read in the question's last TAIL characters only: a setting ends it, and a pasted page must cost nothing.
-_SETTING = re.compile(r"\b(?:in|with|from|using|via|on)\s+(?:(?:a|an|the|my|your|our|this|that)\s+)?"
+# The setting of a how-to question: its last words, after a preposition that names the tool, language or
+# system a task is done in ("in", "with", "from", "using", "via"), an article allowed, a version number
+# after it. Not "on": that names where it runs ("replication on Ubuntu?", "the locale on macOS?"), which
+# the page answering the task seldom names. Read in the question's last TAIL characters only: a setting
+# ends it, and a pasted page must cost nothing.
+_SETTING = re.compile(r"\b(?:in|with|from|using|via)\s+(?:(?:a|an|the|my|your|our|this|that)\s+)?"
                       r"(?P<name>[\w.+#-]+?)(?:\s+v?\d[\w.]*)?[\s.!]*\?\s*$", re.IGNORECASE)
 TAIL = 160
 # Under this share of the searched passages, a name is not what the collection is about: each of the
