@@ -63,6 +63,9 @@ def test_search_ranks_as_on_sqlite_in_every_mode(tree, tmp_path, postgres_databa
             assert ranking(on_postgres, query, mode) == ranking(on_sqlite, query, mode), (query, mode)
     exact = on_postgres.search("restart the release train", k=3).hits[0]
     assert exact.path == "deploy.md" and "exact" in exact.found_by
+    for question in ("How do I renew stem cells in MySQL?", "How do I stake tomatoes in the Garden?"):
+        setting = on_postgres.search(question).setting  # the chat hook's test reads the same shares
+        assert setting is not None and setting == on_sqlite.search(question).setting, question
 
 
 def test_status_clear_and_doctor(tree, tmp_path, postgres_database):
@@ -203,6 +206,8 @@ def test_keyword_search_without_a_copy_scores_bm25_on_the_server(tree, tmp_path,
     kb.index()
     queries = ("vitamin deficiency patients", "weather week", "release train canary")
     with_copy = {q: ranking(kb, q, "keyword") for q in queries}
+    named = kb.search("How do I stake tomatoes in the Garden?").setting
+    assert named is not None and named.share == 1 / 25 and not named.foreign
     monkeypatch.setattr(copies.OpenIndexes, "catch_up_keywords", staticmethod(lambda *_: None))
     keyword_cache.cache_path(kb.index_path(kb.config.directories[0])).unlink()
     kb.indexes.forget(kb.index_path(kb.config.directories[0]))
@@ -212,6 +217,7 @@ def test_keyword_search_without_a_copy_scores_bm25_on_the_server(tree, tmp_path,
     for query in queries:
         assert ranking(kb, query, "keyword") == with_copy[query], query
     assert len(served) == len(queries)
+    assert kb.search("How do I stake tomatoes in the Garden?", mode="keyword").setting == named  # the server's own counts
 
 
 def test_connection_faults_are_one_sentence_and_lose_nothing(tree, tmp_path, postgres_database):
