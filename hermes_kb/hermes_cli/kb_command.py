@@ -218,10 +218,10 @@ def _explain_judgement(result, err: Console, block_size: int) -> None:
     if setting is not None:
         if not setting.foreign:
             verdict = "the collection's own subject"
-        elif any(setting.held_by(hit) for hit in result.hits[:block_size]):
-            verdict = "a hit the chat hook could inject names it"
-        else:
+        elif setting.shuts(result.hits, block_size):
             verdict = "no hit the chat hook could inject names it, so it injects nothing"
+        else:
+            verdict = "a hit the chat hook could inject names it"
         err.print(f"[dim]set in {safe(setting.name)}: {setting.share:.2%} of passages say {safe(setting.word)!r}; "
                   f"{verdict}[/]", highlight=False)
 

@@ -282,8 +282,7 @@ class AutoRetriever:
         Neither opens it for a question set in a tool or system the collection hardly mentions and no
         passage a block could carry names (subject.py: "... in MySQL?" asked of the PostgreSQL manual).
         `@kb` lowers every bar and asks no setting."""
-        if not forced and setting is not None and setting.foreign and \
-                not any(setting.held_by(hit) for hit in hits[:self.config.max_context_chunks]):
+        if not forced and setting is not None and setting.shuts(hits, self.config.max_context_chunks):
             return False
         share = FORCED_SHARE if forced else 1.0
         sure = confidence(hits) >= self.config.relevance_threshold * share

@@ -57,6 +57,11 @@ class NamedSetting:
         text = f"{hit.path}\n{hit.heading or ''}\n{hit.text}"
         return bool(analysis.term_spans(text, [self.word], hit.languages))
 
+    def shuts(self, hits: Sequence[Hit], block_size: int) -> bool:
+        """The gate's test: the name is foreign to the collection and none of the passages a block could
+        carry (the first `block_size`) says it."""
+        return self.foreign and not any(self.held_by(hit) for hit in hits[:block_size])
+
     def to_dict(self) -> dict:
         return {"name": self.name, "word": self.word, "share": round(self.share, 5), "foreign": self.foreign}
 
@@ -80,12 +85,15 @@ def named_setting(query: analysis.AnalysedQuery, sources: Sequence[SearchSource]
         return None
     name = setting_name(query.text)
     words = analysis.surface_words(name) if name else []
-    total = sum(source.keyword_index().count for source in sources)
-    if not words or not total:
-        return None
-    held = [0] * len(words)
+    if not words:
+        return None  # most searches: no index is asked anything
+    total, held = 0, [0] * len(words)
     for source in sources:
-        for i, frequency in enumerate(source.keyword_index().document_frequencies(words, source.languages, query)):
+        keywords = source.keyword_index()
+        total += keywords.count
+        for i, frequency in enumerate(keywords.document_frequencies(words, source.languages, query)):
             held[i] += frequency
+    if not total:
+        return None
     rarest = min(range(len(words)), key=held.__getitem__)
     return NamedSetting(name, words[rarest], held[rarest] / total)
