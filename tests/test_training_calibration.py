@@ -49,3 +49,15 @@ def test_a_search_shut_by_its_named_setting_never_opens_and_is_counted_by_kind()
     assert row["off_topic_opened"] == 0.0 and row["answerable_opened"] == 1.0 and row["near_miss_opened"] == 1.0
     assert calibrate_pipeline.setting_table([shut, named, near], weights) == {
         "answerable": 0, "answerable_right": 0, "off_topic": 1, "near_miss": 0, "named_foreign": 2}
+
+
+def test_the_blends_tried_reach_as_deep_as_the_engine_judges_and_none_twice():
+    assert calibrate_pipeline.by_position(12, 0.75, 0.6, 0.4) == ((3, 0.75), (10, 0.6), (12, 0.4))
+    assert calibrate_pipeline.by_position(6, 0.75, 0.6, 0.4) == ((3, 0.75), (6, 0.6))
+    for depth in (3, 6, 12):
+        blends = calibrate_pipeline.candidate_blends(depth)
+        judged = [w for w in blends.values() if w is not None]
+        assert all(w[-1][0] == depth for w in judged)
+        per_rank = {tuple(calibrate_pipeline.relevance.retrieval_weight(r, w) for r in range(depth)) for w in judged}
+        assert len(per_rank) == len(judged)
+    assert len(calibrate_pipeline.candidate_blends(6)) < len(calibrate_pipeline.candidate_blends(12))

@@ -129,7 +129,7 @@ def forms(row: dict, how_to: bool = False) -> dict[str, str]:
 
 
 def ask_all(rows: list[dict], root: Path, home: Path, judge: relevance.LocalReranker, per_collection: int,
-            seed: int, how_to: bool = False) -> list[Asked]:
+            seed: int, how_to: bool = False, depth: int = relevance.DEPTH) -> list[Asked]:
     names = sorted(set(COLLECTIONS.values()))
     section = {"directories": [{"path": str(root / name), "name": name} for name in names + [n + NEAR for n in names]],
                "rerank": "off"}
@@ -150,7 +150,7 @@ def ask_all(rows: list[dict], root: Path, home: Path, judge: relevance.LocalRera
                 targets.append((collection + NEAR, False))
             for form, text in forms(row, how_to).items():
                 for target, answerable in targets:
-                    result = kb.search(text, k=relevance.DEPTH, directory=target)
+                    result = kb.search(text, k=depth, directory=target)
                     hits, setting = result.hits, result.setting
                     one = Asked(collection, form, answerable, confidence=confidence(hits), near=target.endswith(NEAR))
                     if setting is not None and setting.foreign:
@@ -182,10 +182,29 @@ def ranked(scores: list[float]) -> list[int]:
     return sorted(range(len(scores)), key=lambda i: -scores[i])
 
 
-BLENDS = {"retrieval alone": None, "qmd's": relevance.RETRIEVAL_WEIGHT, "judge alone": ((relevance.DEPTH, 0.0),)}
-BLENDS |= {f"flat {w:.1f}": ((relevance.DEPTH, w),) for w in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)}
-BLENDS |= {f"by position {a:.2f}/{b:.2f}/{c:.2f}": ((3, a), (10, b), (relevance.DEPTH, c))
-           for a, b, c in ((0.85, 0.7, 0.5), (0.65, 0.5, 0.3), (0.75, 0.75, 0.6), (0.6, 0.6, 0.4), (0.5, 0.5, 0.5))}
+def by_position(depth: int, top: float, upper: float, rest: float) -> tuple[tuple[int, float], ...]:
+    """Retrieval's share at ranks 1-3, 4-10 and below, as far as `depth` candidates reach."""
+    steps: list[tuple[int, float]] = []
+    for limit, share in ((3, top), (10, upper), (depth, rest)):
+        if not steps or steps[-1][0] < depth:
+            steps.append((min(limit, depth), share))
+    return tuple(steps)
+
+
+def candidate_blends(depth: int) -> dict:
+    """The blends tried for an engine judging `depth` candidates."""
+    blends = {"retrieval alone": None, "qmd's": by_position(depth, 0.75, 0.6, 0.4), "judge alone": ((depth, 0.0),)}
+    blends |= {f"flat {w:.1f}": ((depth, w),) for w in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)}
+    def shares(weights) -> tuple[float, ...]:
+        return tuple(relevance.retrieval_weight(rank, weights) for rank in range(depth))
+
+    tried = {shares(weights) for weights in blends.values() if weights}
+    for top, upper, rest in ((0.85, 0.7, 0.5), (0.65, 0.5, 0.3), (0.75, 0.75, 0.6), (0.6, 0.6, 0.4), (0.5, 0.5, 0.5)):
+        weights = by_position(depth, top, upper, rest)
+        if shares(weights) not in tried:  # the same blend as a flat one, or at a shallow depth as another
+            tried.add(shares(weights))
+            blends["by position " + "/".join(f"{w:.2f}" for _, w in weights)] = weights
+    return blends
 
 
 def blend_table(asked: list[Asked], blends: dict) -> dict[str, dict[str, float]]:
@@ -246,7 +265,8 @@ def gate_table(asked: list[Asked], retrieval_bar: float, weights) -> list[dict]:
 
 
 def retrieval_share(weights) -> float:
-    return sum(relevance.retrieval_weight(rank, weights) for rank in range(relevance.DEPTH)) / relevance.DEPTH
+    depth = relevance.depth(weights)
+    return sum(relevance.retrieval_weight(rank, weights) for rank in range(depth)) / depth
 
 
 def chosen_blend(candidates: dict, table: dict) -> str:
@@ -270,11 +290,14 @@ def main() -> int:
                         help="also ask task-shaped queries as how-to questions (a model trained with --how-to-queries)")
     parser.add_argument("--pages", action="store_true",
                         help="one file per page, article or module rather than per passage")
+    parser.add_argument("--depth", type=int, help="candidates judged (default: as far as the card's blend reaches)")
     parser.add_argument("--asked", type=Path, help="the .asked.json of an earlier run of the same model: choose again, ask nothing")
     parser.add_argument("--write-card", action="store_true",
                         help="keep the best blend and the gate's bars in the model's card.json")
     args = parser.parse_args()
     judge = relevance.LocalReranker(args.model_dir)
+    depth = args.depth or relevance.depth(judge.weights)
+    tried = candidate_blends(depth)
     if args.asked:
         asked = [Asked(**one) for one in json.loads(args.asked.read_text())]
     else:
@@ -287,12 +310,14 @@ def main() -> int:
                 row["near"] = near_half(row) and row["passage"] not in held
             write_collections(rows + extra, Path(work) / "collections", pages=args.pages)
             asked = ask_all(rows, Path(work) / "collections", Path(work) / "home", judge, args.per_collection, args.seed,
-                             args.how_to)
+                             args.how_to, depth)
         args.out.with_suffix(".asked.json").write_text(json.dumps([one.__dict__ for one in asked]))
-    blends = blend_table(asked, BLENDS | {"the card's": judge.weights})
+    if relevance.depth(judge.weights) == depth:
+        tried["the card's"] = judge.weights
+    blends = blend_table(asked, tried)
     for name, row in blends.items():
         print(f"{name:32s} " + " ".join(f"{k}={v:.3f}" for k, v in row.items()))
-    judged_blends = {name: BLENDS.get(name, judge.weights) for name in blends if name not in ("retrieval alone", "judge alone")}
+    judged_blends = {name: tried[name] for name in blends if name not in ("retrieval alone", "judge alone")}
     best_blend = chosen_blend(judged_blends, blends)
     weights = judged_blends[best_blend]
     retrieval_bar = parse_knowledgebase({}).relevance_threshold

@@ -2,10 +2,11 @@
 
     python training/export_reranker.py /tmp/reranker/model.pt --layers 3
 
-The embedding tables are stored int8 with a scale per row and the other matrices fp16, turned back
-to fp32 in the graph (the shape of the pip-shipped embedder's export: OpenVINO folds it into its
-kernels, onnxruntime runs it as it is): 17M parameters in ~22 MB, inside the 25 MB the package may
-carry; the logits move by the figure `card.json` records (`quantize_weights` says why not all int8).
+The embedding tables are stored int8 with a scale per row and the other matrices fp16 (int8 in groups
+where fp16 would not fit), turned back to fp32 in the graph (the shape of the pip-shipped embedder's
+export: OpenVINO folds it into its kernels, onnxruntime runs it as it is): 3 layers' 17M parameters in
+~22 MB, 6 layers' 22M in ~24 MB, inside the 25 MB the package may carry; the logits move by the figure
+`card.json` records (`quantize_weights` says why not all int8).
 """
 
 from __future__ import annotations
@@ -24,41 +25,63 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import train_reranker as recipe  # noqa: E402
 
 PACKAGE_DIR = recipe.REPO / "hermes_kb" / "agent" / "knowledgebase" / "models" / "reranker"
-NAME, VERSION = "hermes-kb-relevance-minilm-l3", "1.2"
+NAME, VERSION = "hermes-kb-relevance-minilm-l{layers}", "1.2"  # the name says the depth, the version the recipe
 STAGE4_VERSION = "1.3"  # with a fourth stage (--trap-queries or --how-to-queries), none shipped yet
 MIN_QUANTIZED = 16384  # initializers with fewer values stay fp32 (biases, norms, the head)
+MAX_BYTES = 25 * 1024 * 1024  # what the package may carry for the model (issue #49)
+MARGIN_BYTES = 1024 * 1024  # the small initializers and the graph beside the large ones
+MATRIX_GROUP = 16  # inputs sharing one int8 scale where fp16 matrices would not fit
 
 
-def quantize_weights(path: Path) -> None:
-    """Embedding tables -> int8 with a scale per row; the other large matrices -> fp16; each turned
-    back to fp32 in the graph (Cast, and Mul by the scale).
+def quantize_weights(path: Path, budget: int = MAX_BYTES) -> str:
+    """Embedding tables -> int8 with a scale per row; the other large matrices -> fp16 where the file
+    then fits `budget`, else int8 with a scale per MATRIX_GROUP inputs of each output; each turned back
+    to fp32 in the graph (Cast, Mul by the scale, Reshape), folded into constants when a runtime loads
+    it. Answers the matrices' storage ("fp16" or "int8/32").
 
-    Why not int8 everywhere (17.5 MB): per-channel int8 matrices moved the logits by up to 0.3,
-    which shifts the calibrated probability the gate reads; a table looked up row by row loses
-    nothing measurable at int8, and the 5.3M matrix values fit in fp16 beside it (~22 MB in all)."""
+    Why fp16 first: per-channel int8 matrices (one scale per output) moved 3 layers' logits by up to
+    0.3, which shifts the calibrated probability the gate reads; a table looked up row by row loses
+    nothing measurable at int8, and 3 layers' 5.3M matrix values fit in fp16 beside it (~22 MB). 6
+    layers' 10.6M do not (33.5 MB): an fp16 scale per 16 inputs keeps each group's rounding to its own range
+    (export() records the logit shift it leaves in the card)."""
     import onnx
     from onnx import helper, numpy_helper
 
     model = onnx.load(str(path))
     graph = model.graph
     gathered = {node.input[0] for node in graph.node if node.op_type == "Gather"}
+    large = [init for init in graph.initializer if numpy_helper.to_array(init).dtype == np.float32
+             and len(init.dims) == 2 and int(np.prod(init.dims)) >= MIN_QUANTIZED]
+    table_values = sum(int(np.prod(init.dims)) for init in large if init.name in gathered)
+    matrix_values = sum(int(np.prod(init.dims)) for init in large if init.name not in gathered)
+    storage = "fp16" if table_values + 2 * matrix_values + MARGIN_BYTES <= budget else f"int8/{MATRIX_GROUP}"
+    large_names = {init.name for init in large}
     kept, nodes = [], []
     for init in graph.initializer:
-        values = numpy_helper.to_array(init)
-        if values.dtype != np.float32 or values.ndim != 2 or values.size < MIN_QUANTIZED:
+        if init.name not in large_names:
             kept.append(init)
             continue
-        cast = helper.make_node("Cast", [init.name + "_q"], [init.name + ("_f" if init.name in gathered else "")],
-                                to=onnx.TensorProto.FLOAT)
-        if init.name not in gathered:
+        values = numpy_helper.to_array(init)
+        if init.name in gathered:
+            scale = np.maximum(np.abs(values).max(axis=1, keepdims=True), 1e-8) / 127.0
+            kept += [numpy_helper.from_array(np.clip(np.round(values / scale), -127, 127).astype(np.int8), init.name + "_q"),
+                     numpy_helper.from_array(scale.astype(np.float32), init.name + "_scale")]
+            nodes += [helper.make_node("Cast", [init.name + "_q"], [init.name + "_f"], to=onnx.TensorProto.FLOAT),
+                      helper.make_node("Mul", [init.name + "_f", init.name + "_scale"], [init.name])]
+        elif storage == "fp16":
             kept.append(numpy_helper.from_array(values.astype(np.float16), init.name + "_q"))
-            nodes.append(cast)
-            continue
-        scale = np.maximum(np.abs(values).max(axis=1, keepdims=True), 1e-8) / 127.0
-        quantized = np.clip(np.round(values / scale), -127, 127).astype(np.int8)
-        kept += [numpy_helper.from_array(quantized, init.name + "_q"),
-                 numpy_helper.from_array(scale.astype(np.float32), init.name + "_scale")]
-        nodes += [cast, helper.make_node("Mul", [init.name + "_f", init.name + "_scale"], [init.name])]
+            nodes.append(helper.make_node("Cast", [init.name + "_q"], [init.name], to=onnx.TensorProto.FLOAT))
+        else:
+            rows, cols = values.shape
+            grouped = values.reshape(rows // MATRIX_GROUP, MATRIX_GROUP, cols)
+            scale = np.maximum(np.abs(grouped).max(axis=1, keepdims=True), 1e-8) / 127.0
+            kept += [numpy_helper.from_array(np.clip(np.round(grouped / scale), -127, 127).astype(np.int8), init.name + "_q"),
+                     numpy_helper.from_array(scale.astype(np.float16), init.name + "_scale"),
+                     numpy_helper.from_array(np.array([rows, cols], dtype=np.int64), init.name + "_shape")]
+            nodes += [helper.make_node("Cast", [init.name + "_q"], [init.name + "_f"], to=onnx.TensorProto.FLOAT),
+                      helper.make_node("Cast", [init.name + "_scale"], [init.name + "_s"], to=onnx.TensorProto.FLOAT),
+                      helper.make_node("Mul", [init.name + "_f", init.name + "_s"], [init.name + "_g"]),
+                      helper.make_node("Reshape", [init.name + "_g", init.name + "_shape"], [init.name])]
     del graph.initializer[:]
     graph.initializer.extend(kept)
     existing = list(graph.node)
@@ -66,6 +89,7 @@ def quantize_weights(path: Path) -> None:
     graph.node.extend(nodes + existing)
     onnx.checker.check_model(model)
     onnx.save(model, str(path))
+    return storage
 
 
 def export(checkpoint: Path, layers: int, max_pieces: int, out_dir: Path, figures: dict, version: str = VERSION) -> dict:
@@ -81,7 +105,7 @@ def export(checkpoint: Path, layers: int, max_pieces: int, out_dir: Path, figure
                       output_names=["logits"], opset_version=17, dynamo=False,
                       dynamic_axes={name: {0: "batch", 1: "pieces"} for name in ("input_ids", "token_type_ids", "attention_mask")}
                       | {"logits": {0: "batch"}})
-    quantize_weights(onnx_path)
+    storage = quantize_weights(onnx_path)
     import onnxruntime
 
     with torch.no_grad():
@@ -90,8 +114,8 @@ def export(checkpoint: Path, layers: int, max_pieces: int, out_dir: Path, figure
     exported = session.run(None, {"input_ids": probe[0].numpy(), "token_type_ids": probe[1].numpy(),
                                   "attention_mask": probe[2].numpy()})[0]
     shutil.copyfile(recipe.installed_file(recipe.TOKENIZER), out_dir / "tokenizer.json")
-    card = {"name": NAME, "version": version, "sha256": hashlib.sha256(onnx_path.read_bytes()).hexdigest(),
-            "layers": layers, "max_pieces": max_pieces, "bytes": onnx_path.stat().st_size,
+    card = {"name": NAME.format(layers=layers), "version": version, "sha256": hashlib.sha256(onnx_path.read_bytes()).hexdigest(),
+            "layers": layers, "max_pieces": max_pieces, "bytes": onnx_path.stat().st_size, "matrices": storage,
             "stored_logit_shift": float(np.abs(reference - exported).max()),
             "reads_code": "code" in figures.get("forms", {}),  # trained on functions: judged, not left to retrieval
             "validation": figures}

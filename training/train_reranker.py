@@ -152,7 +152,7 @@ def minilm_weights(onnx_path: Path, layers: int) -> dict[str, torch.Tensor]:
 
 def shipped_weights(onnx_path: Path) -> dict[str, torch.Tensor]:
     """A model export_reranker.py wrote, back as a state dict: its int8 tables times their scales, its
-    fp16 matrices (MatMul's (in, out), four per layer in graph order: qkv, out, up, down) transposed,
+    fp16 (or grouped int8) matrices (MatMul's (in, out), four per layer in graph order: qkv, out, up, down) transposed,
     everything else by name. Lets a stage start from the shipped model when the checkpoint before it
     is gone (the rounding of the export is all that differs)."""
     import onnx
@@ -165,7 +165,10 @@ def shipped_weights(onnx_path: Path) -> dict[str, torch.Tensor]:
     mats = sorted((n for n in arrays if n.startswith("onnx::MatMul_")), key=lambda n: int(n.split("_")[1]))
     for i in range(len(mats) // 4):
         for j, name in enumerate(("qkv", "out", "up", "down")):
-            state[f"layers.{i}.{name}.weight"] = arrays[mats[4 * i + j]].astype(np.float32).T
+            stored = arrays[mats[4 * i + j]].astype(np.float32)
+            scale = arrays.get(mats[4 * i + j][:-2] + "_scale")  # int8 in groups of inputs (6 layers)
+            matrix = stored if scale is None else (stored * scale).reshape(-1, stored.shape[-1])
+            state[f"layers.{i}.{name}.weight"] = matrix.T
     return {name: torch.from_numpy(np.array(value, dtype=np.float32)) for name, value in state.items()}
 
 

@@ -122,6 +122,19 @@ def test_the_judge_reorders_and_scores_are_cached_by_query_and_passage(tree, mak
     assert len(engine.calls) == 2  # another query is judged again
 
 
+def test_an_engine_judges_as_deep_as_its_blend_reaches(tree, make_kb):
+    kb = make_kb(tree(NOTES), rerank="local")
+    kb.index()
+    engine = CountingEngine("Knead")
+    engine.weights = ((2, 0.5),)  # a slower judge's card: two candidates
+    kb.rerankers._loaded["local"] = engine
+    result = kb.search("archive folder dough monks", k=3)
+    assert engine.calls == [2]
+    assert [h.rerank_score is not None for h in result.hits] == [True, True, False]
+    assert kb.search("archive folder bread dough", k=1).hits[0].path == "cooking.md"  # two gathered for k=1
+    assert engine.calls == [2, 2]
+
+
 def test_an_exact_occurrence_stays_first_whatever_the_judge_says(tree, make_kb):
     kb = make_kb(tree({**NOTES, "codes.md": "# Codes\n\nThe error code is XK-4471 for a failed archive upload.\n"}),
                  rerank="local")

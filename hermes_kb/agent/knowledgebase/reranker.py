@@ -29,7 +29,8 @@ from .config import RERANK_MODES as MODES, KnowledgebaseConfig
 log = logging.getLogger(__name__)
 
 MODEL_DIR = Path(__file__).resolve().parent / "models" / "reranker"
-DEPTH = 12  # hybrid candidates judged: 20 added 128 ms p50 to a warm search (docs/benchmarks.md), over the 100 ms budget
+DEPTH = 12  # hybrid candidates judged by 3 layers: 20 added 128 ms p50 to a warm search (docs/benchmarks.md),
+# over the 100 ms budget; an engine judges as deep as its blend reaches (`depth`)
 MAX_QUERY_PIECES = 64
 # Position-aware blend, qmd's published weights: the retrieval score keeps more say at the top of its
 # list, where exact and literal matches sit, and the judge more below, where retrieval is least sure:
@@ -316,6 +317,12 @@ class Judged:
 
 def retrieval_weight(rank: int, weights: Weights = RETRIEVAL_WEIGHT) -> float:
     return next((weight for limit, weight in weights if rank < limit), weights[-1][1])
+
+
+def depth(weights: Weights) -> int:
+    """The candidates an engine judges: as far as its blend reaches. The shipped card chooses it with
+    the model's cost (a judge's time grows with passages times layers: 6 layers on 6 cost what 3 do on 12)."""
+    return weights[-1][0]
 
 
 def blend(retrieval: float, relevance: float, rank: int, weights: Weights = RETRIEVAL_WEIGHT) -> float:

@@ -571,10 +571,10 @@ def search(sources: Sequence[SearchSource], query: str, options: SearchOptions) 
     spans: dict[tuple[str, str], list[tuple[int, int]]] = {}
     by_text: dict[str, Hit] = {}  # each text shown once, see Hit.also_in
     shown_terms = tuple(terms)
-    # With a relevance stage, its DEPTH candidates are gathered first; k and the token budget apply to
-    # its order, not retrieval's.
+    # With a relevance stage, the candidates it judges are gathered first; k and the token budget apply
+    # to its order, not retrieval's.
     judging = options.reranker is not None and options.mode != "keyword"
-    wanted = max(options.k, relevance.DEPTH) if judging else options.k
+    wanted = max(options.k, relevance.depth(options.reranker.weights)) if judging else options.k
     step = max(16, 2 * wanted)  # rows fetched at a time: most searches need only the first window
     for begin in range(0, len(scored), step):
         window = scored[begin:begin + step]
@@ -633,7 +633,7 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
     if not engine.reads(query):
         result.rerank.skipped = "the relevance model does not read this query's language"
         return hits
-    candidates = hits[:relevance.DEPTH]
+    candidates = hits[:relevance.depth(engine.weights)]
     if not engine.reads_code and not _at_least_half(candidates, lambda hit: not analysis.looks_like_code(hit.text)):
         result.rerank.skipped = "the candidates are mostly program source, which the relevance model never learned to read"
         return hits
