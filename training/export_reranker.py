@@ -37,7 +37,7 @@ def quantize_weights(path: Path, budget: int = MAX_BYTES) -> str:
     """Embedding tables -> int8 with a scale per row; the other large matrices -> fp16 where the file
     then fits `budget`, else int8 with a scale per MATRIX_GROUP inputs of each output; each turned back
     to fp32 in the graph (Cast, Mul by the scale, Reshape), folded into constants when a runtime loads
-    it. Answers the matrices' storage ("fp16" or "int8/32").
+    it. Answers the matrices' storage ("fp16" or "int8/16").
 
     Why fp16 first: per-channel int8 matrices (one scale per output) moved 3 layers' logits by up to
     0.3, which shifts the calibrated probability the gate reads; a table looked up row by row loses

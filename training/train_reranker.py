@@ -159,14 +159,14 @@ def shipped_weights(onnx_path: Path) -> dict[str, torch.Tensor]:
     from onnx import numpy_helper
 
     arrays = {i.name: numpy_helper.to_array(i) for i in onnx.load(str(onnx_path)).graph.initializer}
-    state = {name: value for name, value in arrays.items() if not name.endswith(("_q", "_scale"))}
+    state = {name: value for name, value in arrays.items() if not name.endswith(("_q", "_scale", "_shape"))}
     for table in ("word.weight", "position.weight"):
         state[table] = arrays[table + "_q"].astype(np.float32) * arrays[table + "_scale"]
-    mats = sorted((n for n in arrays if n.startswith("onnx::MatMul_")), key=lambda n: int(n.split("_")[1]))
+    mats = sorted((n[:-2] for n in arrays if n.startswith("onnx::MatMul_") and n.endswith("_q")), key=lambda n: int(n.split("_")[1]))
     for i in range(len(mats) // 4):
         for j, name in enumerate(("qkv", "out", "up", "down")):
-            stored = arrays[mats[4 * i + j]].astype(np.float32)
-            scale = arrays.get(mats[4 * i + j][:-2] + "_scale")  # int8 in groups of inputs (6 layers)
+            stored = arrays[mats[4 * i + j] + "_q"].astype(np.float32)
+            scale = arrays.get(mats[4 * i + j] + "_scale")  # int8 in groups of inputs (6 layers)
             matrix = stored if scale is None else (stored * scale).reshape(-1, stored.shape[-1])
             state[f"layers.{i}.{name}.weight"] = matrix.T
     return {name: torch.from_numpy(np.array(value, dtype=np.float32)) for name, value in state.items()}
