@@ -195,14 +195,15 @@ def candidate_blends(depth: int) -> dict:
     """The blends tried for an engine judging `depth` candidates."""
     blends = {"retrieval alone": None, "qmd's": by_position(depth, 0.75, 0.6, 0.4), "judge alone": ((depth, 0.0),)}
     blends |= {f"flat {w:.1f}": ((depth, w),) for w in (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)}
-    def shares(weights) -> tuple[float, ...]:
+
+    def per_rank(weights) -> tuple[float, ...]:
         return tuple(relevance.retrieval_weight(rank, weights) for rank in range(depth))
 
-    tried = {shares(weights) for weights in blends.values() if weights}
+    seen = {per_rank(weights) for weights in blends.values() if weights}
     for top, upper, rest in ((0.85, 0.7, 0.5), (0.65, 0.5, 0.3), (0.75, 0.75, 0.6), (0.6, 0.6, 0.4), (0.5, 0.5, 0.5)):
         weights = by_position(depth, top, upper, rest)
-        if shares(weights) not in tried:  # the same blend as a flat one, or at a shallow depth as another
-            tried.add(shares(weights))
+        if per_rank(weights) not in seen:  # the same blend as a flat one, or at a shallow depth as another
+            seen.add(per_rank(weights))
             blends["by position " + "/".join(f"{w:.2f}" for _, w in weights)] = weights
     return blends
 
@@ -297,7 +298,7 @@ def main() -> int:
     args = parser.parse_args()
     judge = relevance.LocalReranker(args.model_dir)
     depth = args.depth or relevance.depth(judge.weights)
-    tried = candidate_blends(depth)
+    to_try = candidate_blends(depth)
     if args.asked:
         asked = [Asked(**one) for one in json.loads(args.asked.read_text())]
     else:
@@ -313,11 +314,11 @@ def main() -> int:
                              args.how_to, depth)
         args.out.with_suffix(".asked.json").write_text(json.dumps([one.__dict__ for one in asked]))
     if relevance.depth(judge.weights) == depth:
-        tried["the card's"] = judge.weights
-    blends = blend_table(asked, tried)
+        to_try["the card's"] = judge.weights
+    blends = blend_table(asked, to_try)
     for name, row in blends.items():
         print(f"{name:32s} " + " ".join(f"{k}={v:.3f}" for k, v in row.items()))
-    judged_blends = {name: tried[name] for name in blends if name not in ("retrieval alone", "judge alone")}
+    judged_blends = {name: to_try[name] for name in blends if name not in ("retrieval alone", "judge alone")}
     best_blend = chosen_blend(judged_blends, blends)
     weights = judged_blends[best_blend]
     retrieval_bar = parse_knowledgebase({}).relevance_threshold

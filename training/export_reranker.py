@@ -33,6 +33,12 @@ MARGIN_BYTES = 1024 * 1024  # the small initializers and the graph beside the la
 MATRIX_GROUP = 16  # inputs sharing one int8 scale where fp16 matrices would not fit
 
 
+def symmetric_int8(values: np.ndarray, axis: int) -> tuple[np.ndarray, np.ndarray]:
+    """Values as int8 and the scale that turns them back, one scale per slice along `axis`."""
+    scale = np.maximum(np.abs(values).max(axis=axis, keepdims=True), 1e-8) / 127.0
+    return np.clip(np.round(values / scale), -127, 127).astype(np.int8), scale
+
+
 def quantize_weights(path: Path, budget: int = MAX_BYTES) -> str:
     """Embedding tables -> int8 with a scale per row; the other large matrices -> fp16 where the file
     then fits `budget`, else int8 with a scale per MATRIX_GROUP inputs of each output; each turned back
@@ -50,7 +56,7 @@ def quantize_weights(path: Path, budget: int = MAX_BYTES) -> str:
     model = onnx.load(str(path))
     graph = model.graph
     gathered = {node.input[0] for node in graph.node if node.op_type == "Gather"}
-    large = [init for init in graph.initializer if numpy_helper.to_array(init).dtype == np.float32
+    large = [init for init in graph.initializer if init.data_type == onnx.TensorProto.FLOAT
              and len(init.dims) == 2 and int(np.prod(init.dims)) >= MIN_QUANTIZED]
     table_values = sum(int(np.prod(init.dims)) for init in large if init.name in gathered)
     matrix_values = sum(int(np.prod(init.dims)) for init in large if init.name not in gathered)
@@ -63,8 +69,8 @@ def quantize_weights(path: Path, budget: int = MAX_BYTES) -> str:
             continue
         values = numpy_helper.to_array(init)
         if init.name in gathered:
-            scale = np.maximum(np.abs(values).max(axis=1, keepdims=True), 1e-8) / 127.0
-            kept += [numpy_helper.from_array(np.clip(np.round(values / scale), -127, 127).astype(np.int8), init.name + "_q"),
+            quantized, scale = symmetric_int8(values, axis=1)
+            kept += [numpy_helper.from_array(quantized, init.name + "_q"),
                      numpy_helper.from_array(scale.astype(np.float32), init.name + "_scale")]
             nodes += [helper.make_node("Cast", [init.name + "_q"], [init.name + "_f"], to=onnx.TensorProto.FLOAT),
                       helper.make_node("Mul", [init.name + "_f", init.name + "_scale"], [init.name])]
@@ -73,9 +79,8 @@ def quantize_weights(path: Path, budget: int = MAX_BYTES) -> str:
             nodes.append(helper.make_node("Cast", [init.name + "_q"], [init.name], to=onnx.TensorProto.FLOAT))
         else:
             rows, cols = values.shape
-            grouped = values.reshape(rows // MATRIX_GROUP, MATRIX_GROUP, cols)
-            scale = np.maximum(np.abs(grouped).max(axis=1, keepdims=True), 1e-8) / 127.0
-            kept += [numpy_helper.from_array(np.clip(np.round(grouped / scale), -127, 127).astype(np.int8), init.name + "_q"),
+            quantized, scale = symmetric_int8(values.reshape(rows // MATRIX_GROUP, MATRIX_GROUP, cols), axis=1)
+            kept += [numpy_helper.from_array(quantized, init.name + "_q"),
                      numpy_helper.from_array(scale.astype(np.float16), init.name + "_scale"),
                      numpy_helper.from_array(np.array([rows, cols], dtype=np.int64), init.name + "_shape")]
             nodes += [helper.make_node("Cast", [init.name + "_q"], [init.name + "_f"], to=onnx.TensorProto.FLOAT),

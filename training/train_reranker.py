@@ -165,8 +165,9 @@ def shipped_weights(onnx_path: Path) -> dict[str, torch.Tensor]:
     mats = sorted((n[:-2] for n in arrays if n.startswith("onnx::MatMul_") and n.endswith("_q")), key=lambda n: int(n.split("_")[1]))
     for i in range(len(mats) // 4):
         for j, name in enumerate(("qkv", "out", "up", "down")):
-            stored = arrays[mats[4 * i + j] + "_q"].astype(np.float32)
-            scale = arrays.get(mats[4 * i + j] + "_scale")  # int8 in groups of inputs (6 layers)
+            base = mats[4 * i + j]
+            stored = arrays[base + "_q"].astype(np.float32)
+            scale = arrays.get(base + "_scale")  # int8 in groups of inputs (6 layers)
             matrix = stored if scale is None else (stored * scale).reshape(-1, stored.shape[-1])
             state[f"layers.{i}.{name}.weight"] = matrix.T
     return {name: torch.from_numpy(np.array(value, dtype=np.float32)) for name, value in state.items()}
