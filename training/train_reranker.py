@@ -40,6 +40,10 @@ The recipe, and why:
   each held-out query's positive among its BM25 top 20; then export_reranker.py writes the package's
   files and calibrate_pipeline.py chooses the blend and the gate's bars through the product's own
   retrieval, on the same held-out queries.
+
+A stage stopped part-way (a session's end) goes on where it stopped when the same command runs again
+with the same --out: it keeps its whole state every 100 steps (train_steps). A stage already finished
+is named instead (--stage1, --stage2), so 6 layers, about 5 hours on 2 cores, train in several sittings.
 """
 
 from __future__ import annotations
@@ -236,7 +240,12 @@ def train_steps(model: CrossEncoder, tok: PairTokenizer, data: list, batch: int,
                 checkpoint: Path, swapped: bool = False) -> None:
     """AdamW with 5% warm-up and linear decay over `data`'s (query, positive, negatives...); with
     `swapped`, each tuple ends with the query naming another subject ("" where none), and the
-    (swapped query, positive) pairs join the binary loss as negatives."""
+    (swapped query, positive) pairs join the binary loss as negatives.
+
+    Every RESUME_EVERY steps the whole state (weights, optimiser, schedule, random generator, step)
+    goes to `<checkpoint>.resume`; a run of the same command finds it and goes on from that step, so
+    a stage longer than one sitting on 2 CPU cores is trained in several, with the same result as in
+    one. The file goes once the stage's weights are saved."""
     steps = len(data) // batch
     optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
     warmup = max(1, steps // 20)
@@ -245,9 +254,13 @@ def train_steps(model: CrossEncoder, tok: PairTokenizer, data: list, batch: int,
     bce = nn.BCEWithLogitsLoss()
     listed = len(data[0]) - 1 - swapped  # the positive and its negatives
     labels = torch.tensor([1.0] + [0.0] * (listed - 1))
+    resume = checkpoint.with_suffix(".resume")
+    first = resumed_step(resume, model, optimiser, schedule, steps, batch, lr)
+    if first:
+        say(f"{label}: resumed at step {first + 1}/{steps} from {resume}")
     model.train()
     started = time.time()
-    for step in range(steps):
+    for step in range(first, steps):
         chunk = data[step * batch:(step + 1) * batch]
         queries = [q for t in chunk for q in (t[0],) * listed]
         texts = [p for t in chunk for p in t[1:1 + listed]]
@@ -267,9 +280,33 @@ def train_steps(model: CrossEncoder, tok: PairTokenizer, data: list, batch: int,
         if step % 100 == 0 or step == steps - 1:
             say(f"{label} step {step + 1}/{steps} loss {loss.item():.4f} lr {schedule.get_last_lr()[0]:.2e} "
                 f"{time.time() - started:.0f} s")
-        if (step + 1) % 500 == 0:
-            torch.save(model.state_dict(), checkpoint)
+        if (step + 1) % RESUME_EVERY == 0 and step + 1 < steps:
+            saved = resume.with_suffix(".partial")
+            torch.save({"step": step + 1, "steps": steps, "batch": batch, "lr": lr, "model": model.state_dict(),
+                        "optimiser": optimiser.state_dict(), "schedule": schedule.state_dict(),
+                        "rng": torch.get_rng_state()}, saved)
+            saved.replace(resume)  # never a half-written state to resume from
     torch.save(model.state_dict(), checkpoint)
+    resume.unlink(missing_ok=True)
+
+
+RESUME_EVERY = 100  # steps: 3 to 6 minutes on 2 CPU cores, a few seconds to save
+
+
+def resumed_step(resume: Path, model: CrossEncoder, optimiser, schedule, steps: int, batch: int, lr: float) -> int:
+    """The step a stage goes on from: 0 unless `resume` holds the same stage (its steps, batch and
+    rate), whose state is then loaded. A state from another stage's sizes is refused, not mixed in."""
+    if not resume.exists():
+        return 0
+    state = torch.load(resume, map_location="cpu")
+    if (state["steps"], state["batch"], state["lr"]) != (steps, batch, lr):
+        raise SystemExit(f"{resume} was saved by a stage of {state['steps']} steps of {state['batch']} at "
+                         f"{state['lr']}, not {steps} of {batch} at {lr}: remove it or run the command that saved it")
+    model.load_state_dict(state["model"])
+    optimiser.load_state_dict(state["optimiser"])
+    schedule.load_state_dict(state["schedule"])
+    torch.set_rng_state(state["rng"])
+    return state["step"]
 
 
 def main() -> int:
