@@ -309,6 +309,12 @@ def resumed_step(resume: Path, model: CrossEncoder, optimiser, schedule, steps: 
     return state["step"]
 
 
+# Judging costs about the same per layer and passage: on 2 cores 3 layers judge 12 passages inside the
+# 100 ms a search may spend (docs/reranker.md), 6 layers 6. The card's blend says how deep the product
+# judges (reranker.depth), so the recipe chooses the blend at the depth its model can afford.
+LAYER_PASSAGES = 36
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
@@ -345,6 +351,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--start-model", type=Path, help="the int8 all-MiniLM-L6-v2 export (default: the product's venv)")
     parser.add_argument("--tokenizer", type=Path, help="its tokenizer.json (default: the product's venv)")
+    parser.add_argument("--depth", type=int, help="candidates the shipped blend judges (default: as many as the "
+                        "model's layers judge in a search's budget, LAYER_PASSAGES / layers)")
     parser.add_argument("--package-dir", type=Path, default=REPO / "hermes_kb" / "agent" / "knowledgebase" / "models" / "reranker",
                         help="where the exported model goes (default: the package's)")
     args = parser.parse_args()
@@ -460,7 +468,7 @@ def main() -> int:
     product = REPO / ".venv" / "bin" / "python"
     subprocess.run([str(product), str(Path(__file__).with_name("calibrate_pipeline.py")), "--model-dir",
                     str(args.package_dir), "--seed", str(args.seed), "--out", str(args.out / "pipeline.json"),
-                    "--write-card", *(["--how-to"] if args.how_to_queries else [])], check=True)
+                    "--depth", str(args.depth or LAYER_PASSAGES // args.layers), "--write-card", *(["--how-to"] if args.how_to_queries else [])], check=True)
     say(f"blend and gate chosen through the product's retrieval: {args.out / 'pipeline.json'}")
     return 0
 
