@@ -144,6 +144,34 @@ def test_an_exact_occurrence_stays_first_whatever_the_judge_says(tree, make_kb):
     assert hits[0].path == "codes.md" and "exact" in hits[0].found_by
 
 
+def test_a_model_folder_the_user_names_replaces_the_shipped_one_card_and_all(tree, make_kb, tmp_path):
+    folder = tmp_path / "my-judge"
+    shutil.copytree(reranker.MODEL_DIR, folder)
+    card = json.loads((folder / "card.json").read_text())
+    card.update(name="my-judge", version="0.1", threshold=0.93, blend=[[2, 0.5]])
+    (folder / "card.json").write_text(json.dumps(card))
+    kb = make_kb(tree(NOTES), rerank="local", rerank_model_dir=str(folder))
+    kb.index()
+    result = kb.search("how do I make a gzipped archive of a folder", k=3)
+    assert result.rerank.engine.startswith("my-judge@0.1#") and result.rerank.threshold == 0.93
+    assert kb.rerankers.for_mode("auto", kb.config).weights == ((2, 0.5),)
+    shipped = make_kb(tree(NOTES), rerank="local")
+    assert shipped.rerankers.for_mode("auto", shipped.config).identity.startswith("hermes-kb-relevance")
+
+
+def test_a_model_folder_that_is_not_there_is_one_sentence_for_local_and_retrievals_order_for_auto(tree, make_kb, tmp_path):
+    missing = tmp_path / "no-judge"
+    kb = make_kb(tree(NOTES), rerank="local", rerank_model_dir=str(missing))
+    kb.index()
+    with pytest.raises(KnowledgebaseError, match=f"missing from {missing}; check knowledgebase.rerank_model_dir"):
+        kb.search("gzipped archive folder", k=3)
+    kb = make_kb(tree(NOTES), rerank="auto", rerank_model_dir=str(missing))
+    kb.index()
+    expected = [h.path for h in kb.search("gzipped archive folder", k=3, rerank="off").hits]
+    result = kb.search("gzipped archive folder", k=3)
+    assert [h.path for h in result.hits] == expected and all(h.rerank_score is None for h in result.hits)
+
+
 def test_a_failing_engine_leaves_retrieval_order_and_says_why(tree, make_kb):
     kb = make_kb(tree(NOTES), rerank="local")
     kb.index()

@@ -155,6 +155,9 @@ class KnowledgebaseConfig:
     rerank_api_key_env: str | None = None
     rerank_timeout_s: float = 5.0
     rerank_threshold: float | None = None  # the gate's bar on a judged probability; None: the engine's own
+    # A relevance model folder (model.onnx, card.json, tokenizer.json: training/train_reranker.py's export)
+    # that auto and local use instead of the shipped one; its card brings its own blend and bars.
+    rerank_model_dir: Path | None = None
     max_context_chunks: int = 4
     max_context_tokens: int = 1200
     auto_retrieve: bool = True
@@ -306,6 +309,7 @@ _SCALARS: dict[str, Callable[[str, Any], Any]] = {
     "rerank_api_key_env": _text,
     "rerank_timeout_s": _number(float, 0.1, 120.0),
     "rerank_threshold": _optional(_number(float, 0.0, 1.0)),
+    "rerank_model_dir": _optional(_path),
     "max_context_chunks": _number(int, 0),
     "max_context_tokens": _number(int, 0),
     "auto_retrieve": _bool,

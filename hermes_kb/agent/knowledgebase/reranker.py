@@ -86,12 +86,13 @@ class LocalReranker:
         from tokenizers import Tokenizer
 
         model, card_file = model_dir / "model.onnx", model_dir / "card.json"
-        if not model.is_file() or not card_file.is_file():
-            raise RerankError(f"The relevance model is missing from {model_dir}; reinstall hermes-kb.")
+        remedy = "reinstall hermes-kb" if model_dir == MODEL_DIR else "check knowledgebase.rerank_model_dir"
+        if not model.is_file() or not card_file.is_file() or not (model_dir / "tokenizer.json").is_file():
+            raise RerankError(f"The relevance model is missing from {model_dir}; {remedy}.")
         self.card = json.loads(card_file.read_text())
         digest = _sha256(model)
         if digest != self.card["sha256"]:
-            raise RerankError(f"The relevance model in {model_dir} does not match its recorded hash; reinstall hermes-kb.")
+            raise RerankError(f"The relevance model in {model_dir} does not match its recorded hash; {remedy}.")
         self.identity = f"{self.card['name']}@{self.card['version']}#{digest[:12]}"
         self.threshold = float(self.card.get("threshold", 0.5))  # chosen on held-out pairs (docs/reranker.md)
         self.veto = float(self.card.get("veto", 0.0))
@@ -389,7 +390,7 @@ class Engines:
     def _load(self, mode: str, config: KnowledgebaseConfig) -> Reranker:
         if mode == "local":
             try:
-                return LocalReranker(cache_dir=self._cache_dir)
+                return LocalReranker(config.rerank_model_dir or MODEL_DIR, cache_dir=self._cache_dir)
             except (OSError, ValueError, KeyError, RuntimeError) as exc:
                 raise RerankError(f"The relevance model could not load: {exc}") from None
         if mode == "endpoint":
