@@ -49,6 +49,7 @@ is named instead (--stage1, --stage2), so 6 layers, about 5 hours on 2 cores, tr
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import math
 import random
@@ -255,7 +256,8 @@ def train_steps(model: CrossEncoder, tok: PairTokenizer, data: list, batch: int,
     listed = len(data[0]) - 1 - swapped  # the positive and its negatives
     labels = torch.tensor([1.0] + [0.0] * (listed - 1))
     resume = checkpoint.with_suffix(".resume")
-    first = resumed_step(resume, model, optimiser, schedule, steps, batch, lr)
+    sizes = {"steps": steps, "batch": batch, "lr": lr, "data": fingerprint(data)}
+    first = resumed_step(resume, model, optimiser, schedule, sizes)
     if first:
         say(f"{label}: resumed at step {first + 1}/{steps} from {resume}")
     model.train()
@@ -282,7 +284,7 @@ def train_steps(model: CrossEncoder, tok: PairTokenizer, data: list, batch: int,
                 f"{time.time() - started:.0f} s")
         if (step + 1) % RESUME_EVERY == 0 and step + 1 < steps:
             saved = resume.with_suffix(".partial")
-            torch.save({"step": step + 1, "steps": steps, "batch": batch, "lr": lr, "model": model.state_dict(),
+            torch.save({"step": step + 1, **sizes, "model": model.state_dict(),
                         "optimiser": optimiser.state_dict(), "schedule": schedule.state_dict(),
                         "rng": torch.get_rng_state()}, saved)
             saved.replace(resume)  # never a half-written state to resume from
@@ -293,15 +295,25 @@ def train_steps(model: CrossEncoder, tok: PairTokenizer, data: list, batch: int,
 RESUME_EVERY = 100  # steps: 3 to 6 minutes on 2 CPU cores, a few seconds to save
 
 
-def resumed_step(resume: Path, model: CrossEncoder, optimiser, schedule, steps: int, batch: int, lr: float) -> int:
-    """The step a stage goes on from: 0 unless `resume` holds the same stage (its steps, batch and
-    rate), whose state is then loaded. A state from another stage's sizes is refused, not mixed in."""
+def fingerprint(data: list) -> str:
+    """The stage's training tuples in order, hashed: a resumed stage must go on over the same data."""
+    digest = hashlib.sha256()
+    for row in data:
+        digest.update("\x1f".join(row).encode() + b"\x1e")
+    return digest.hexdigest()[:16]
+
+
+def resumed_step(resume: Path, model: CrossEncoder, optimiser, schedule, sizes: dict) -> int:
+    """The step a stage goes on from: 0 unless `resume` holds the same stage (its steps, batch, rate
+    and data), whose state is then loaded. Another stage's state is refused, not mixed in (one saved
+    before the data was fingerprinted is checked on its sizes alone)."""
     if not resume.exists():
         return 0
     state = torch.load(resume, map_location="cpu")
-    if (state["steps"], state["batch"], state["lr"]) != (steps, batch, lr):
-        raise SystemExit(f"{resume} was saved by a stage of {state['steps']} steps of {state['batch']} at "
-                         f"{state['lr']}, not {steps} of {batch} at {lr}: remove it or run the command that saved it")
+    differs = [key for key, value in sizes.items() if state.get(key, value) != value]
+    if differs:
+        raise SystemExit(f"{resume} was saved by another stage (its {', '.join(differs)} differ): remove it or "
+                         f"run the command that saved it")
     model.load_state_dict(state["model"])
     optimiser.load_state_dict(state["optimiser"])
     schedule.load_state_dict(state["schedule"])
