@@ -1,4 +1,5 @@
-"""Shared by the benchmarks: a synthetic notes tree, the machine line, tables appended to docs/benchmark-log.md."""
+"""Shared by the benchmarks: a synthetic notes tree, the machine line, tables appended to docs/benchmark-log.md,
+--set KEY=VALUE settings."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import time
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 from rich.table import Table
 
@@ -93,3 +95,8 @@ def save_figures(name: str, figures: list[dict]) -> Path:
     path.write_text(json.dumps({"date": time.strftime("%Y-%m-%d"), "machine": machine(),
                                 "command": "python " + " ".join(sys.argv), "figures": figures}, indent=1) + "\n")
     return path
+
+
+def settings_of(pairs: list[str]) -> dict:
+    """A benchmark's `--set KEY=VALUE` options as knowledgebase settings, each value read as YAML."""
+    return {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in pairs)}

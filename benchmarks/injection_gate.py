@@ -49,15 +49,13 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from hermes_kb.agent.knowledgebase.context import AutoRetriever, confidence  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import load_dataset, workspace  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
-from benchmarks._report import report  # noqa: E402
+from benchmarks._report import report, settings_of  # noqa: E402
 from benchmarks.collection_builders import package_root  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
@@ -176,7 +174,7 @@ def main() -> None:
     parser.add_argument("--only", default="", help="measure only the collections whose name holds this (e.g. xquad); "
                                                    "without SciFact train the configured threshold is confirmed, none chosen")
     args = parser.parse_args()
-    overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
+    overrides = settings_of(args.set)
     config = parse_knowledgebase(overrides)
     k = config.max_context_chunks + 1
     found = collections(args.dataset, overrides, hermes_home(), lines_of(OFFTOPIC),

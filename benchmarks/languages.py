@@ -16,11 +16,9 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._report import report  # noqa: E402
+from benchmarks._report import report, settings_of  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import SYSTEMS, evaluate  # noqa: E402
 from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
@@ -38,7 +36,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-write", action="store_true")
     args = parser.parse_args()
-    settings = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
+    settings = settings_of(args.set)
     config = parse_knowledgebase(settings)
     systems = tuple(args.systems or DEFAULT_SYSTEMS)
     languages = args.lang or sorted(p.name for p in args.root.iterdir() if (p / "corpus.jsonl").exists())

@@ -19,11 +19,9 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._report import report  # noqa: E402
+from benchmarks._report import report, settings_of  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import load_dataset, workspace  # noqa: E402
@@ -67,7 +65,7 @@ def main() -> None:
     args = parser.parse_args()
     home = hermes_home()
     data = load_dataset(args.dataset, "test")
-    overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
+    overrides = settings_of(args.set)
     _, config = workspace(data, parse_knowledgebase(overrides), home)
     kb = KnowledgeBase(config, home)
     kb.index()

@@ -15,13 +15,11 @@ import json
 import sys
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import evaluate  # noqa: E402
-from benchmarks._report import report  # noqa: E402
+from benchmarks._report import report, settings_of  # noqa: E402
 from hermes_kb.hermes_cli.config import hermes_home  # noqa: E402
 from hermes_kb.hermes_cli.kb_command import EVALUATION_COLUMNS, evaluation_rows  # noqa: E402
 
@@ -38,7 +36,7 @@ def main() -> None:
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmark-log.md")
     args = parser.parse_args()
-    overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
+    overrides = settings_of(args.set)
     config = parse_knowledgebase(overrides)
     home = hermes_home()
     result = evaluate(args.dataset, config, home, split=args.split, limit=args.limit,

@@ -23,11 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-import yaml
-
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from benchmarks._report import report  # noqa: E402
+from benchmarks._report import report, settings_of  # noqa: E402
 from benchmarks.collection_builders import CollectionError, build_code_search, build_docs  # noqa: E402
 from benchmarks.retrieval import DEFAULT_DATASET  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
@@ -60,7 +58,7 @@ def main() -> None:
     parser.add_argument("--runs", type=Path, help="write per-query rankings of every system here")
     parser.add_argument("--no-write", action="store_true", help="do not append to docs/benchmark-log.md")
     args = parser.parse_args()
-    overrides = {key: yaml.safe_load(value) for key, value in (item.split("=", 1) for item in args.set)}
+    overrides = settings_of(args.set)
     config = parse_knowledgebase(overrides)
     home = hermes_home()
     progress = lambda message: print(message, file=sys.stderr)  # noqa: E731
