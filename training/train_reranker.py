@@ -480,7 +480,8 @@ def main() -> int:
     product = REPO / ".venv" / "bin" / "python"
     subprocess.run([str(product), str(Path(__file__).with_name("calibrate_pipeline.py")), "--model-dir",
                     str(args.package_dir), "--seed", str(args.seed), "--out", str(args.out / "pipeline.json"),
-                    "--depth", str(args.depth or LAYER_PASSAGES // args.layers), "--write-card", *(["--how-to"] if args.how_to_queries else [])], check=True)
+                    "--depth", str(args.depth or LAYER_PASSAGES // args.layers), "--write-card",
+                    *(["--how-to"] if args.how_to_queries else [])], check=True)
     say(f"blend and gate chosen through the product's retrieval: {args.out / 'pipeline.json'}")
     return 0
 
