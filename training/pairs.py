@@ -185,6 +185,31 @@ def triples(rows: list[dict], passages: list[str], passage_of: list[int], top: n
     return out
 
 
+def page_title(row: dict) -> str | None:
+    """The title a page or article shows above each of its passages (SQuAD's and Natural Questions'
+    Wikipedia articles), as the product's chunker puts a chunk's heading path above its text; None
+    for sources whose passages carry their own name (tldr, code) or no title (MedQuAD, Microsoft docs)."""
+    if row["source"] not in ("squad_v1.1_train", "nq_qed_train") or not row.get("title"):
+        return None
+    return str(row["title"]).replace("_", " ").strip() or None
+
+
+def headed(data: list[tuple[str, ...]], titles: dict[str, str], rng: random.Random, share: float,
+           listed: int) -> list[tuple[str, ...]]:
+    """Training tuples whose passages read as the product hands them to the judge: `heading\ntext`
+    (retriever._rerank) where a collection's files have headings. A share of the tuples have every
+    passage that has a title headed by it, the others none, as a whole collection has headings or
+    has none; a negative from another article then says in its heading what it is about, as a
+    manual's page does ("Using EXPLAIN" under "the time complexity of quicksort")."""
+    out = []
+    for row in data:
+        if rng.random() < share:
+            passages = [f"{titles[p]}\n{p}" if p in titles else p for p in row[1:1 + listed]]
+            row = (row[0], *passages, *row[1 + listed:])
+        out.append(row)
+    return out
+
+
 NAME_SPAN = re.compile(r"(?<!^)(?<![.?!:] )\b[A-Z][\w'+#.-]*(?:\s+(?:of\s+|and\s+)?[A-Z0-9][\w'+#.-]*)*")
 
 
