@@ -132,3 +132,18 @@ def test_a_query_that_is_not_a_task_has_no_how_to_form():
     row = {"query": "Who wrote Hamlet?", "source": "squad_v1.1_train", "group": "h", "answer": "Shakespeare"}
     assert {pairs.query_form(row, random.Random(i), how_to_share=1.0) for i in range(40)} <= {
         "Who wrote Hamlet?", "Shakespeare wrote Hamlet", "wrote hamlet"}
+
+
+def test_a_headed_tuple_shows_each_passage_under_its_own_title_and_the_others_none():
+    rows = [{"source": "squad_v1.1_train", "title": "Ascher_syndrome"}, {"source": "nq_qed_train", "title": "Bloom syndrome"},
+            {"source": "tldr_pages", "title": "tar"}, {"source": "medquad"}]
+    assert [pairs.page_title(r) for r in rows] == ["Ascher syndrome", "Bloom syndrome", None, None]
+    titles = {"ascher text": "Ascher syndrome", "bloom text": "Bloom syndrome"}
+    data = [(f"q{i}", "ascher text", "bloom text", "untitled text", "a swapped query") for i in range(400)]
+    made = pairs.headed(data, titles, random.Random(5), 0.5, listed=3)
+    assert [t[0] for t in made] == [t[0] for t in data]
+    shown = [t for t, plain in zip(made, data) if t != plain]
+    assert 150 < len(shown) < 250, "about half the tuples are headed"
+    for t in shown:
+        assert t[1:4] == ("Ascher syndrome\nascher text", "Bloom syndrome\nbloom text", "untitled text")
+        assert t[4] == "a swapped query", "what follows the passages is left as it was"
