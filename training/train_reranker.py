@@ -65,8 +65,7 @@ from torch import nn
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pairs import (CODE_PER_PACKAGE, REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples,  # noqa: E402,F401
                    DOMAINS, drawn_how_to, foreign_top, headed, how_to, installed_file, keywords, lexical_traps, page_title, prepared,
-                   query_form, statement,
-                   swap_subject, swapped_subjects, triples)
+                   query_form, statement, swap_subject, swapped_subjects, triples)
 
 # ---------------------------------------------------------------- the model
 
@@ -471,7 +470,8 @@ def main() -> int:
     figures = evaluate(model, tok, *val[:1], passages, *val[1:])
     figures["stage1"] = stage1
     figures["forms"] = validation_forms(model, tok, val[0], passages, val[1], code_held)
-    seen = len(data) + args.stage2_queries + args.akin_queries + args.trap_queries + args.how_to_queries + args.headed_queries
+    seen = (len(data) + args.stage2_queries + args.akin_queries + args.trap_queries + args.how_to_queries
+            + args.headed_queries)  # stages loaded included
     figures.update({"pairs_seen": 3 * (len(data) + args.stage2_queries) + 4 * (args.akin_queries + args.how_to_queries + args.headed_queries)
                     + 5 * args.trap_queries,
                     "queries_seen": seen, "started_from": str(start or onnx_path),
