@@ -40,19 +40,28 @@ language (benchmarks/data/offtopic_everyday/<language>.txt).
     python benchmarks/injection_gate.py --set relevance_threshold=0.8 --no-write
     python benchmarks/injection_gate.py --languages --questions 300
     python benchmarks/injection_gate.py --languages --only xquad --set embedding_model=multilingual --no-write
+    python benchmarks/injection_gate.py --only "npm docs" --set rerank_model_dir=/tmp/candidate --details /tmp/npm.jsonl
+
+With --details, every question and off-topic message at the configured bars goes to a JSON line: why the
+gate opened or stayed shut (AutoRetriever.verdict), retrieval's confidence, the hits it decided on with
+their judgements, the block's files and whether one answers; and a table per collection counts the
+reasons, and how often the judge's own first choice among those hits is an answer beside how often
+retrieval's is (where an answer is among them).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from collections import Counter
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
-from hermes_kb.agent.knowledgebase.context import AutoRetriever, confidence  # noqa: E402
+from hermes_kb.agent.knowledgebase.context import OPENING, AutoRetriever, confidence  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import load_dataset, workspace  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from benchmarks._report import report, settings_of  # noqa: E402
@@ -164,6 +173,38 @@ def collections(dataset: Path, overrides: dict, home: Path, offtopic: list[str],
     return found
 
 
+def traced(c: Collection, config, out) -> list[object]:
+    """Each of the collection's questions and off-topic messages through the hook at `config`, as one
+    JSON line in `out`; the row of the reasons table: answerable questions opened by each reason,
+    off-topic messages opened by each, and first choices right (the judge's, retrieval's)."""
+    opened: dict[str, Counter] = {"question": Counter(), "off-topic": Counter()}
+    firsts = Counter()
+    for kind, messages, answers in (("question", c.questions, c.answers),
+                                    ("off-topic", c.offtopic, [set()] * len(c.offtopic))):
+        for message, answer in zip(messages, answers):
+            hook = AutoRetriever(c.kb, config)
+            searched = hook.searched(message)
+            hits = searched[2].hits if searched else []
+            verdict = hook.verdict(hits, searched[2].rerank, False, searched[2].setting) if hits else "no hits"
+            block = AutoRetriever(c.kb, config).block_for(message)
+            files = [h.path for h in block.hits] if block else []
+            if verdict in OPENING and block:
+                opened[kind][verdict] += 1
+            judged = [h for h in hits if h.rerank_score is not None]
+            if kind == "question" and judged and any(h.path in answer for h in judged):
+                firsts["retrieval"] += hits[0].path in answer
+                firsts["judge"] += max(judged, key=lambda h: h.rerank_score).path in answer
+                firsts["asked"] += 1
+            out.write(json.dumps({"collection": c.name, "kind": kind, "message": message, "answers": sorted(answer),
+                                  "verdict": verdict, "confidence": round(confidence(hits), 4) if hits else None,
+                                  "block": files, "right": any(f in answer for f in files),
+                                  "hits": [{"path": h.path, "heading": h.heading, "score": round(h.score, 4),
+                                            "judged": h.rerank_score} for h in hits]}) + "\n")
+    reasons = lambda counts: ", ".join(f"{n} {reason}" for reason, n in counts.most_common()) or "-"  # noqa: E731
+    return [c.name, reasons(opened["question"]), reasons(opened["off-topic"]),
+            f"{firsts['judge']} / {firsts['retrieval']} of {firsts['asked']}"]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("dataset", nargs="?", type=Path, default=DEFAULT_DATASET)
@@ -171,6 +212,8 @@ def main() -> None:
     parser.add_argument("--no-write", action="store_true")
     parser.add_argument("--languages", action="store_true", help="add every XQuAD language as a collection")
     parser.add_argument("--questions", type=int, default=300, help="questions per XQuAD language")
+    parser.add_argument("--details", type=Path, metavar="FILE",
+                        help="write each message's verdict, hits and block to FILE (JSON lines) and count the reasons")
     parser.add_argument("--only", default="", help="measure only the collections whose name holds this (e.g. xquad); "
                                                    "without SciFact train the configured threshold is confirmed, none chosen")
     args = parser.parse_args()
@@ -215,6 +258,12 @@ def main() -> None:
                                                      "injection rate", "precision (block)", "false injections",
                                                      "of them everyday, in its language"],
            confirm, write=not args.no_write)
+    if args.details:
+        with args.details.open("w", encoding="utf-8") as out:
+            rows = [traced(c, c.kb.config, out) for name, c in found.items() if name != train]
+        report("Why the gate opened (answerable questions, off-topic messages), and the first choice among the hits "
+               "it decided on that is an answer: the judge's / retrieval's", ["collection", "questions opened by",
+               "off-topic opened by", "first choice right"], rows, write=not args.no_write)
 
 
 if __name__ == "__main__":

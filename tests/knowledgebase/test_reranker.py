@@ -8,7 +8,7 @@ import shutil
 
 import pytest
 
-from hermes_kb.agent.knowledgebase import reranker
+from hermes_kb.agent.knowledgebase import context, reranker
 from hermes_kb.agent.knowledgebase.context import AutoRetriever, looks_like_index
 from hermes_kb.agent.knowledgebase.reranker import (EndpointReranker, LlmReranker, LocalReranker, RerankError,
                                                      parse_judgement)
@@ -350,3 +350,32 @@ def test_a_keyword_search_loads_no_relevance_model(tree, make_kb):
     assert kb.search("gzipped", mode="keyword").hits and kb.rerankers._loaded == {}
     kb.search("gzipped archive")
     assert kb.rerankers._loaded["local"] is not None
+
+
+@pytest.mark.parametrize("rerank, liked, bar, veto, retrieval_bar, expected", [
+    ("local", "gzipped", 0.5, 0.1, 2.0, context.JUDGED_ANSWER),
+    ("local", "gzipped", 0.99, 0.1, 0.0, context.CONFIDENT),
+    ("local", "nothing holds this", 0.99, 0.1, 0.0, context.VETOED),
+    ("local", "nothing holds this", 0.5, 0.0, 2.0, context.UNDER_BAR),
+    ("off", "", 0.5, 0.0, 0.0, context.CONFIDENT_UNJUDGED),
+    ("off", "", 0.5, 0.0, 2.0, context.UNSURE_UNJUDGED),
+])
+def test_the_gate_says_why_it_opened_or_stayed_shut(tree, make_kb, rerank, liked, bar, veto, retrieval_bar, expected):
+    kb = make_kb(tree(NOTES), rerank=rerank, relevance_threshold=retrieval_bar)
+    kb.index()
+    if rerank == "local":
+        engine = CountingEngine(liked, identity=f"why-{liked}-{bar}")
+        engine.threshold, engine.veto = bar, veto
+        kb.rerankers._loaded["local"] = engine
+    question = "how do I make a gzipped archive of a folder?"
+    hook = AutoRetriever(kb, kb.config)
+    query, forced, result = hook.searched(question)
+    assert (query, forced) == (question, None)
+    assert hook.verdict(result.hits, result.rerank, setting=result.setting) == expected
+    assert (AutoRetriever(kb, kb.config).block_for(question) is not None) == (expected in context.OPENING)
+
+
+def test_a_message_asking_for_no_search_is_not_searched(tree, make_kb):
+    kb = make_kb(tree(NOTES))
+    kb.index()
+    assert AutoRetriever(kb, kb.config).searched("thanks!") is None

@@ -20,7 +20,7 @@ from .citations import Citations, PassageKey, passage_key
 from .config import KnowledgebaseConfig
 from .kinds import registry
 from .reranker import Judged
-from .retriever import Hit
+from .retriever import Hit, SearchResult
 from .service import MAX_QUERY_CHARS, KnowledgeBase
 from .subject import NamedSetting
 
@@ -48,6 +48,15 @@ COMPANION_MARGIN = 0.1  # once the gate opens, hits this close to the best one c
 FORCED_SHARE = 0.5
 FORCED_MARGIN = 0.25
 COMPANION_RELEVANCE = 0.5  # a judged companion needs at least this share of the first passage's relevance
+# Why the gate opened or stayed shut (AutoRetriever.verdict); the first three open it.
+JUDGED_ANSWER = "the judge is sure the passage answers"
+CONFIDENT = "retrieval is confident and the judge is not sure it does not answer"
+CONFIDENT_UNJUDGED = "retrieval is confident (nothing judged)"
+VETOED = "retrieval is confident but the judge is sure the passage does not answer"
+UNDER_BAR = "retrieval is not confident and the judge is under its bar"
+UNSURE_UNJUDGED = "retrieval is not confident (nothing judged)"
+SETTING = "the message names a setting the collection hardly mentions"
+OPENING = frozenset({JUDGED_ANSWER, CONFIDENT, CONFIDENT_UNJUDGED})
 
 
 def is_trivial(message: str) -> bool:
@@ -240,23 +249,10 @@ class AutoRetriever:
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="kb-retrieval")
 
     def block_for(self, message: str, previous_message: str | None = None) -> ContextBlock | None:
-        forced = forced_query(message)
-        if forced is None and (not self.config.auto_retrieve or is_trivial(message)):
+        searched = self.searched(message, previous_message)
+        if searched is None:
             return None
-        if self.config.max_context_chunks == 0:
-            return None
-        query = forced or retrieval_query(message, previous_message)
-        seen = len(self.injected) + len(self.citations.ids)
-        future = self._pool.submit(self.kb.search, query, k=self.config.max_context_chunks + min(seen, 20),
-                                   max_tokens=None)
-        try:
-            result = future.result(timeout=self.timeout_s)  # reranked where the relevance stage judged
-        except concurrent.futures.TimeoutError:
-            log.warning("knowledgebase retrieval took longer than %.1f s; this turn goes on without it", self.timeout_s)
-            return None
-        except Exception as exc:  # retrieval must never break a turn
-            log.warning("knowledgebase retrieval skipped: %s", exc)
-            return None
+        query, forced, result = searched
         hits = result.hits
         if not hits or not self.opens(hits, result.rerank, forced is not None, result.setting):
             return None
@@ -267,6 +263,27 @@ class AutoRetriever:
         ids = [self.citations.id_for(hit_key(hit), source_record("", hit)) for hit in chosen]
         return ContextBlock(render_block(chosen, ids=ids), chosen, query, forced is not None, ids)
 
+    def searched(self, message: str, previous_message: str | None = None) -> tuple[str, str | None, SearchResult] | None:
+        """The search the gate decides on: (query, the `@kb` query or None, its result), or None where
+        the message asks for none (small talk, auto-retrieval off) or retrieval fails or runs past the
+        hook's time: a turn never waits on or breaks for the knowledgebase."""
+        forced = forced_query(message)
+        if forced is None and (not self.config.auto_retrieve or is_trivial(message)):
+            return None
+        if self.config.max_context_chunks == 0:
+            return None
+        query = forced or retrieval_query(message, previous_message)
+        seen = len(self.injected) + len(self.citations.ids)
+        future = self._pool.submit(self.kb.search, query, k=self.config.max_context_chunks + min(seen, 20),
+                                   max_tokens=None)
+        try:
+            return query, forced, future.result(timeout=self.timeout_s)  # reranked where the relevance stage judged
+        except concurrent.futures.TimeoutError:
+            log.warning("knowledgebase retrieval took longer than %.1f s; this turn goes on without it", self.timeout_s)
+        except Exception as exc:  # retrieval must never break a turn
+            log.warning("knowledgebase retrieval skipped: %s", exc)
+        return None
+
     def forget(self, hit: Hit) -> None:
         """A hit chosen but not sent after all: a later turn may still send it."""
         self.injected.discard(hit.content_hash)
@@ -274,23 +291,33 @@ class AutoRetriever:
 
     def opens(self, hits: list[Hit], judged: Judged | None, forced: bool = False,
               setting: NamedSetting | None = None) -> bool:
-        """The gate, retrieval's confidence and the relevance model's judgement together: a passage the
+        return self.verdict(hits, judged, forced, setting) in OPENING
+
+    def verdict(self, hits: list[Hit], judged: Judged | None, forced: bool = False,
+                setting: NamedSetting | None = None) -> str:
+        """The gate, retrieval's confidence and the relevance model's judgement together, as the reason
+        it opens or stays shut (VERDICTS; `opens` is whether the reason opens it): a passage the
         model is sure answers (its probability at rerank_threshold, by default the engine's calibrated
         bar) opens it whatever retrieval's confidence; a confident retrieval opens it unless the model
         is sure the passage does not answer (under the engine's veto, which held-out answers almost
         never fall below: the off-topic look-alike). Nothing judged: retrieval's confidence alone.
         Neither opens it for a question set in a tool or system the collection hardly mentions and no
         passage a block could carry names (subject.py: "... in MySQL?" asked of the PostgreSQL manual).
-        `@kb` lowers every bar and asks no setting."""
+        `@kb` lowers every bar and asks no setting. The reason is what a benchmark's leak or miss is
+        traced to (benchmarks/injection_gate.py --details)."""
         if not forced and setting is not None and setting.shuts(hits, self.config.max_context_chunks):
-            return False
+            return SETTING
         share = FORCED_SHARE if forced else 1.0
         sure = confidence(hits) >= self.config.relevance_threshold * share
         relevance = hits[0].rerank_score
         if relevance is None or judged is None:
-            return sure
+            return CONFIDENT_UNJUDGED if sure else UNSURE_UNJUDGED
         bar = judged.threshold if self.config.rerank_threshold is None else self.config.rerank_threshold
-        return relevance >= bar * share or (sure and relevance >= judged.veto * share)
+        if relevance >= bar * share:
+            return JUDGED_ANSWER
+        if sure:
+            return CONFIDENT if relevance >= judged.veto * share else VETOED
+        return UNDER_BAR
 
     def choose(self, hits: list[Hit], forced: bool = False) -> list[Hit]:
         """The hits a block carries once the gate is open: the best one and those close to it, not
