@@ -45,8 +45,8 @@ language (benchmarks/data/offtopic_everyday/<language>.txt).
 With --details, every question and off-topic message at the configured bars goes to a JSON line: why the
 gate opened or stayed shut (AutoRetriever.verdict), retrieval's confidence, the hits it decided on with
 their judgements, the block's files and whether one answers; and a table per collection counts the
-reasons, and how often the judge's own first choice among those hits is an answer beside how often
-retrieval's is (where an answer is among them).
+reasons, and how often the first choice among those hits is an answer by the judgement alone, by
+retrieval alone and by their blend (where an answer is among them).
 """
 
 from __future__ import annotations
@@ -176,7 +176,7 @@ def collections(dataset: Path, overrides: dict, home: Path, offtopic: list[str],
 def traced(c: Collection, config, out) -> list[object]:
     """Each of the collection's questions and off-topic messages through the hook at `config`, as one
     JSON line in `out`; the row of the reasons table: answerable questions opened by each reason,
-    off-topic messages opened by each, and first choices right (the judge's, retrieval's)."""
+    off-topic messages opened by each, and first choices right (the judge's, retrieval's, the blend's)."""
     opened: dict[str, Counter] = {"question": Counter(), "off-topic": Counter()}
     firsts = Counter()
     for kind, messages, answers in (("question", c.questions, c.answers),
@@ -192,8 +192,9 @@ def traced(c: Collection, config, out) -> list[object]:
                 opened[kind][verdict] += 1
             judged = [h for h in hits if h.rerank_score is not None]
             if kind == "question" and judged and any(h.path in answer for h in judged):
-                firsts["retrieval"] += hits[0].path in answer
                 firsts["judge"] += max(judged, key=lambda h: h.rerank_score).path in answer
+                firsts["retrieval"] += max(hits, key=lambda h: h.retrieval_score).path in answer
+                firsts["blend"] += hits[0].path in answer
                 firsts["asked"] += 1
             out.write(json.dumps({"collection": c.name, "kind": kind, "message": message, "answers": sorted(answer),
                                   "verdict": verdict, "confidence": round(confidence(hits), 4) if hits else None,
@@ -202,7 +203,7 @@ def traced(c: Collection, config, out) -> list[object]:
                                             "judged": h.rerank_score} for h in hits]}) + "\n")
     reasons = lambda counts: ", ".join(f"{n} {reason}" for reason, n in counts.most_common()) or "-"  # noqa: E731
     return [c.name, reasons(opened["question"]), reasons(opened["off-topic"]),
-            f"{firsts['judge']} / {firsts['retrieval']} of {firsts['asked']}"]
+            f"{firsts['judge']} / {firsts['retrieval']} / {firsts['blend']} of {firsts['asked']}"]
 
 
 def main() -> None:
@@ -261,8 +262,8 @@ def main() -> None:
     if args.details:
         with args.details.open("w", encoding="utf-8") as out:
             rows = [traced(c, c.kb.config, out) for name, c in found.items() if name != train]
-        report("Why the gate opened (answerable questions, off-topic messages), and the first choice among the hits "
-               "it decided on that is an answer: the judge's / retrieval's", ["collection", "questions opened by",
+        report("Why the gate opened (answerable questions, off-topic messages), and how often the first choice "
+               "among the hits it decided on is an answer: the judge's / retrieval's / the blend's", ["collection", "questions opened by",
                "off-topic opened by", "first choice right"], rows, write=not args.no_write)
 
 
