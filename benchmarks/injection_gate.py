@@ -185,10 +185,10 @@ def traced(c: Collection, config, out) -> list[object]:
             hook = AutoRetriever(c.kb, config)
             searched = hook.searched(message)
             hits = searched[2].hits if searched else []
-            verdict = hook.verdict(hits, searched[2].rerank, False, searched[2].setting) if hits else "no hits"
-            block = AutoRetriever(c.kb, config).block_for(message)
-            files = [h.path for h in block.hits] if block else []
-            if verdict in OPENING and block:
+            verdict = hook.verdict(hits, searched[2].rerank, False, searched[2].setting) if hits else \
+                "no hits" if searched else "not searched"
+            files = [h.path for h in hook.choose(hits)] if verdict in OPENING else []  # block_for's block
+            if files:
                 opened[kind][verdict] += 1
             judged = [h for h in hits if h.rerank_score is not None]
             if kind == "question" and judged and any(h.path in answer for h in judged):

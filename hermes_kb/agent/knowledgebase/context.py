@@ -296,7 +296,7 @@ class AutoRetriever:
     def verdict(self, hits: list[Hit], judged: Judged | None, forced: bool = False,
                 setting: NamedSetting | None = None) -> str:
         """The gate, retrieval's confidence and the relevance model's judgement together, as the reason
-        it opens or stays shut (VERDICTS; `opens` is whether the reason opens it): a passage the
+        it opens or stays shut (the reasons above; `opens`: whether it is one of OPENING): a passage the
         model is sure answers (its probability at rerank_threshold, by default the engine's calibrated
         bar) opens it whatever retrieval's confidence; a confident retrieval opens it unless the model
         is sure the passage does not answer (under the engine's veto, which held-out answers almost
