@@ -44,7 +44,7 @@ language (benchmarks/data/offtopic_everyday/<language>.txt).
 
 With --details, every question and off-topic message at the configured bars goes to a JSON line: why the
 gate opened or stayed shut (AutoRetriever.verdict), retrieval's confidence, the hits it decided on with
-their judgements, the block's files and whether one answers; and a table per collection counts the
+their judgements and texts, the block's files and whether one answers; and a table per collection counts the
 reasons, and how often the first choice among those hits is an answer by the judgement alone, by
 retrieval alone and by their blend (where an answer is among them).
 """
@@ -200,7 +200,7 @@ def traced(c: Collection, config, out) -> list[object]:
                                   "verdict": verdict, "confidence": round(confidence(hits), 4) if hits else None,
                                   "block": files, "right": any(f in answer for f in files),
                                   "hits": [{"path": h.path, "heading": h.heading, "score": round(h.score, 4),
-                                            "judged": h.rerank_score} for h in hits]}) + "\n")
+                                            "judged": h.rerank_score, "text": h.text} for h in hits]}) + "\n")
     reasons = lambda counts: ", ".join(f"{n} {reason}" for reason, n in counts.most_common()) or "-"  # noqa: E731
     return [c.name, reasons(opened["question"]), reasons(opened["off-topic"]),
             f"{firsts['judge']} / {firsts['retrieval']} / {firsts['blend']} of {firsts['asked']}"]

@@ -147,3 +147,25 @@ def test_a_headed_tuple_shows_each_passage_under_its_own_title_and_the_others_no
     for t in shown:
         assert t[1:4] == ("Ascher syndrome\nascher text", "Bloom syndrome\nbloom text", "untitled text")
         assert t[4] == "a swapped query", "what follows the passages is left as it was"
+
+
+def test_a_chunk_shaped_tuple_keeps_each_passage_whole_among_its_own_pages_words_never_the_answers():
+    answer, negative, far = "the answer paragraph", "another paragraph of the same article", "a paragraph elsewhere"
+    long_one = " ".join(["word"] * (pairs.ROOM_WORDS + 1))
+    groups = {answer: [negative, "a neighbour of the answer"], negative: [answer, "a neighbour of the negative"],
+              far: ["a neighbour far away"], long_one: ["never beside a long passage"]}
+    titles = {answer: "Ascher syndrome", negative: "Ascher syndrome"}
+    data = [(f"q{i}", answer, negative, far, long_one, "a swapped query") for i in range(400)]
+    made = pairs.chunk_shaped(data, groups, titles, random.Random(7), 0.5, listed=4)
+    shaped = [t for t, plain in zip(made, data) if t != plain]
+    assert 150 < len(shaped) < 250, "about half the tuples are shaped"
+    beside = set()
+    for t in shaped:
+        assert t[0] == f"q{made.index(t)}" and t[5] == "a swapped query"
+        assert t[1].startswith("Ascher syndrome\n") and t[2].startswith("Ascher syndrome\n"), "a titled page's heading path"
+        for original, shown in zip((answer, negative, far, long_one), t[1:5]):
+            assert original in shown, "nothing is cut from the passage"
+        assert t[2].count(answer) == 0, "a negative never borrows the answer's words"
+        assert t[4] == long_one, "a long passage keeps the window to itself"
+        beside.update(n for n in ("a neighbour of the answer", "a neighbour of the negative", "a neighbour far") if any(n.split()[-1] in p for p in t[1:4]))
+    assert len(beside) == 3, "fragments come from each passage's own page"

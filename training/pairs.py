@@ -210,6 +210,47 @@ def headed(data: list[tuple[str, ...]], titles: dict[str, str], rng: random.Rand
     return out
 
 
+CONTEXT_WORDS = (12, 40)  # a neighbour's fragment beside a passage, in words
+ROOM_WORDS = 90  # passages longer than this keep the window to themselves (192 pieces hold about 140 words)
+
+
+def in_chunk(passage: str, title: str | None, neighbours: list[str], rng: random.Random) -> str:
+    """A passage as the product's chunker hands it to the judge: its page's title as the heading path
+    above, and a chunk's text that holds more than the answer — the page's own heading in markdown and
+    a fragment of a neighbouring paragraph before or after it (an npm page's chunk: "# npm-whoami",
+    blank lines, its synopsis' code block, then "### Description" and the one sentence that answers).
+    Nothing is cut from the passage itself; a long passage gets no fragment (it would be truncated)."""
+    parts = [f"# {title}"] if title and rng.random() < 0.5 else []
+    body = [passage]
+    if neighbours and len(passage.split()) <= ROOM_WORDS:
+        words = rng.choice(neighbours).split()
+        size = rng.randint(*CONTEXT_WORDS)
+        start = rng.randrange(max(1, len(words) - size + 1))
+        fragment = " ".join(words[start:start + size])
+        body = [fragment, passage] if rng.random() < 0.5 else [passage, fragment]
+    text = "\n\n".join(parts + body)
+    return f"{title}\n{text}" if title else text
+
+
+def chunk_shaped(data: list[tuple[str, ...]], groups: dict[str, list[str]], titles: dict[str, str],
+                 rng: random.Random, share: float, listed: int) -> list[tuple[str, ...]]:
+    """Training tuples whose passages read as product chunks (`in_chunk`) for `share` of the tuples:
+    every passage of such a tuple, answer and negatives alike, so neither the form nor the added
+    words tell which one answers; a fragment comes from another passage of the passage's own page or
+    article (`groups`: passage -> those others), never from the tuple's answer. The judge learned on
+    clean paragraphs and reads a chunk's one answering sentence among markup and neighbours far less
+    surely ("which user am I logged in as" -> npm-whoami's chunk 0.08, its sentence alone 0.61)."""
+    out = []
+    for row in data:
+        if rng.random() < share:
+            answer = row[1]
+            passages = [in_chunk(p, titles.get(p), [n for n in groups.get(p, []) if n != answer], rng)
+                        for p in row[1:1 + listed]]
+            row = (row[0], *passages, *row[1 + listed:])
+        out.append(row)
+    return out
+
+
 NAME_SPAN = re.compile(r"(?<!^)(?<![.?!:] )\b[A-Z][\w'+#.-]*(?:\s+(?:of\s+|and\s+)?[A-Z0-9][\w'+#.-]*)*")
 
 

@@ -64,7 +64,7 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from pairs import (CODE_PER_PACKAGE, REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples,  # noqa: E402,F401
-                   DOMAINS, drawn_how_to, foreign_top, headed, how_to, installed_file, keywords, lexical_traps, page_title, prepared,
+                   DOMAINS, chunk_shaped, drawn_how_to, foreign_top, headed, how_to, installed_file, keywords, lexical_traps, page_title, prepared,
                    query_form, statement, swap_subject, swapped_subjects, triples)
 
 # ---------------------------------------------------------------- the model
@@ -355,6 +355,10 @@ def main() -> int:
                         help="stage 4: queries whose passages read as the product's do, a page's title above "
                              "each (`pairs.headed`; 8000 tried)")
     parser.add_argument("--headed-share", type=float, default=0.5, help="the share of them with titles shown")
+    parser.add_argument("--chunked-queries", type=int, default=0,
+                        help="stage 4: queries whose passages read as product chunks, a title and a neighbour's "
+                             "fragment around them (`pairs.chunk_shaped`)")
+    parser.add_argument("--chunked-share", type=float, default=0.7, help="the share of them shaped as chunks")
     parser.add_argument("--stage1", type=Path, help="a stage 1 model.pt of the same seed: go straight to stage 2")
     parser.add_argument("--stage2", type=Path, help="a stage 2 model.pt of the same seed: go straight to stage 3")
     parser.add_argument("--stage3", type=Path, help="a stage 3 model.pt, or the model.onnx export_reranker.py "
@@ -374,9 +378,10 @@ def main() -> int:
     args = parser.parse_args()
     if args.stage2 and not args.akin_queries:
         parser.error("--stage2 starts stage 3, which --akin-queries sizes")
-    fourth = args.trap_queries or args.how_to_queries or args.headed_queries
+    fourth = args.trap_queries or args.how_to_queries or args.headed_queries or args.chunked_queries
     if args.stage3 and not fourth:
-        parser.error("--stage3 starts stage 4, which --trap-queries, --how-to-queries or --headed-queries sizes")
+        parser.error("--stage3 starts stage 4, which --trap-queries, --how-to-queries, --headed-queries or "
+                     "--chunked-queries sizes")
     loaded, start = next(((stage, path) for stage, path in ((3, args.stage3), (2, args.stage2), (1, args.stage1)) if path),
                          (0, None))
     torch.manual_seed(args.seed)
@@ -419,12 +424,13 @@ def main() -> int:
     code_train, code_held = code_rows(args.code_per_package)
 
     def searched(seed: int, queries: int, akin: bool, traps: bool = False, how_to_share: float = 0.0,
-                 swaps_of: frozenset[str] = frozenset(), headed_share: float = 0.0) -> list[tuple[str, ...]]:
+                 swaps_of: frozenset[str] = frozenset(), headed_share: float = 0.0,
+                 chunked_share: float = 0.0) -> list[tuple[str, ...]]:
         """Training queries asked the ways a knowledgebase is searched, a quarter of them code. Each
         stage has its own seed, so it is the same whether the stage before ran now or was loaded.
         With `traps`, stage 4's lexical traps and subject swaps; with `swaps_of`, subject swaps alone, for
         those domains' queries; with `headed_share`, that share of the text queries' passages under
-        their page's title."""
+        their page's title; with `chunked_share`, that share of them shaped as product chunks."""
         rng_stage = random.Random(seed)
         torch.manual_seed(seed)
         text_traps, code_traps = lexical_traps(train_rows, code_train) if traps else (None, None)
@@ -435,9 +441,17 @@ def main() -> int:
         code_asked = [dict(row, query=drawn_how_to(row, rng_stage, how_to_share) or row["query"]) for row in code_train]
         swaps = [swap_subject(a["query"], swap) for a, swap in zip(asked, others)] if others is not None else None
         text_data = triples(asked, passages, train_passage_of, train_top, rng_stage, akin, text_traps, swaps)
+        titles = {passages[p]: title for row, p in zip(rows, passage_of) if (title := page_title(row))}
+        listed = len(text_data[0]) - 1 - (swaps is not None)
         if headed_share:
-            titles = {passages[p]: title for row, p in zip(rows, passage_of) if (title := page_title(row))}
-            text_data = headed(text_data, titles, rng_stage, headed_share, len(text_data[0]) - 1 - (swaps is not None))
+            text_data = headed(text_data, titles, rng_stage, headed_share, listed)
+        if chunked_share:
+            on_page: dict[str, list[str]] = {}
+            for row, p in zip(rows, passage_of):
+                on_page.setdefault(row["group"], []).append(passages[p])
+            group_of_passage = {passages[p]: row["group"] for row, p in zip(rows, passage_of)}
+            siblings = {text: [n for n in dict.fromkeys(on_page[g]) if n != text] for text, g in group_of_passage.items()}
+            text_data = chunk_shaped(text_data, siblings, titles, rng_stage, chunked_share, listed)
         code_data, *_ = code_triples(code_asked, rng_stage, akin, code_traps, [None] * len(code_train) if others is not None else None)
         say(f"{len(text_data)} text queries, {len(code_data)} code queries ({len(code_held)} held out)")
         code_share = queries // 4
@@ -464,6 +478,9 @@ def main() -> int:
     if args.headed_queries:
         titled = searched(args.seed + 5, args.headed_queries, akin=True, headed_share=args.headed_share)
         train_steps(model, tok, titled, args.batch, args.trap_lr, say, "stage 4 (headed)", args.out / "stage4.pt")
+    if args.chunked_queries:
+        shaped = searched(args.seed + 6, args.chunked_queries, akin=True, chunked_share=args.chunked_share)
+        train_steps(model, tok, shaped, args.batch, args.trap_lr, say, "stage 4 (chunk-shaped)", args.out / "stage4.pt")
     final = args.out / "model.pt"
     torch.save(model.state_dict(), final)
 
@@ -471,8 +488,8 @@ def main() -> int:
     figures["stage1"] = stage1
     figures["forms"] = validation_forms(model, tok, val[0], passages, val[1], code_held)
     seen = (len(data) + args.stage2_queries + args.akin_queries + args.trap_queries + args.how_to_queries
-            + args.headed_queries)  # stages loaded included
-    figures.update({"pairs_seen": 3 * (len(data) + args.stage2_queries) + 4 * (args.akin_queries + args.how_to_queries + args.headed_queries)
+            + args.headed_queries + args.chunked_queries)  # stages loaded included
+    figures.update({"pairs_seen": 3 * (len(data) + args.stage2_queries) + 4 * (args.akin_queries + args.how_to_queries + args.headed_queries + args.chunked_queries)
                     + 5 * args.trap_queries,
                     "queries_seen": seen, "started_from": str(start or onnx_path),
                     "train_seconds": round(time.time() - started), "layers": args.layers,
