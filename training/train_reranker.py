@@ -35,7 +35,10 @@ The recipe, and why:
   ("free memory in C++" is not answered by a page on C functions for PostgreSQL).
 - Stage 4 of another kind (`--how-to-queries`, off by default, not shipped either) asks tldr's and code's
   task-shaped queries as how-to questions (pairs.how_to: "How do I kill a task with pueue?"), the way
-  documentation is asked, which no source shows as written.
+  documentation is asked, which no source shows as written. Two more kinds, tried and not shipped:
+  `--headed-queries` (a Wikipedia title above the passages) and `--chunked-queries` (pairs.chunk_shaped:
+  the passages read as product chunks, a title and a neighbouring paragraph's fragment around them), and
+  `--attentive-pooling` (CrossEncoder.pool: a learned weighing of the pieces in place of their mean).
 - Validation keeps whole pages/articles (and code modules) out of training (grouped split) and ranks
   each held-out query's positive among its BM25 top 20; then export_reranker.py writes the package's
   files and calibrate_pipeline.py chooses the blend and the gate's bars through the product's own
