@@ -61,7 +61,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from hermes_kb.agent.knowledgebase.config import parse_knowledgebase  # noqa: E402
-from hermes_kb.agent.knowledgebase.context import OPENING, AutoRetriever, confidence  # noqa: E402
+from hermes_kb.agent.knowledgebase.context import AutoRetriever, confidence  # noqa: E402
 from hermes_kb.agent.knowledgebase.evaluation import load_dataset, workspace  # noqa: E402
 from hermes_kb.agent.knowledgebase.service import KnowledgeBase  # noqa: E402
 from benchmarks._report import report, settings_of  # noqa: E402
@@ -184,10 +184,9 @@ def traced(c: Collection, config, out) -> list[object]:
         for message, answer in zip(messages, answers):
             hook = AutoRetriever(c.kb, config)
             searched = hook.searched(message)
+            verdict, block = hook.decided(searched[2], searched[1] is not None) if searched else ("not searched", [])
             hits = searched[2].hits if searched else []
-            verdict = hook.verdict(hits, searched[2].rerank, False, searched[2].setting) if hits else \
-                "no hits" if searched else "not searched"
-            files = [h.path for h in hook.choose(hits)] if verdict in OPENING else []  # block_for's block
+            files = [h.path for h in block]
             if files:
                 opened[kind][verdict] += 1
             judged = [h for h in hits if h.rerank_score is not None]

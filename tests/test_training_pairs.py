@@ -157,15 +157,17 @@ def test_a_chunk_shaped_tuple_keeps_each_passage_whole_among_its_own_pages_words
     titles = {answer: "Ascher syndrome", negative: "Ascher syndrome"}
     data = [(f"q{i}", answer, negative, far, long_one, "a swapped query") for i in range(400)]
     made = pairs.chunk_shaped(data, groups, titles, random.Random(7), 0.5, listed=4)
-    shaped = [t for t, plain in zip(made, data) if t != plain]
+    shaped = [(t, plain) for t, plain in zip(made, data) if t != plain]
     assert 150 < len(shaped) < 250, "about half the tuples are shaped"
     beside = set()
-    for t in shaped:
-        assert t[0] == f"q{made.index(t)}" and t[5] == "a swapped query"
+    for t, plain in shaped:
+        assert t[0] == plain[0] and t[5] == "a swapped query", "the query and what follows the passages stay"
         assert t[1].startswith("Ascher syndrome\n") and t[2].startswith("Ascher syndrome\n"), "a titled page's heading path"
         for original, shown in zip((answer, negative, far, long_one), t[1:5]):
             assert original in shown, "nothing is cut from the passage"
         assert t[2].count(answer) == 0, "a negative never borrows the answer's words"
         assert t[4] == long_one, "a long passage keeps the window to itself"
-        beside.update(n for n in ("a neighbour of the answer", "a neighbour of the negative", "a neighbour far") if any(n.split()[-1] in p for p in t[1:4]))
+        for position, neighbour in ((1, "a neighbour of the answer"), (2, "a neighbour of the negative"), (3, "a neighbour far away")):
+            assert all(neighbour not in t[other] for other in range(1, 5) if other != position), "only beside its own page"
+            beside.update([neighbour] if neighbour in t[position] else [])
     assert len(beside) == 3, "fragments come from each passage's own page"

@@ -228,7 +228,7 @@ def block_of(one: Asked, weights) -> tuple[float, bool, bool]:
     """The judgement the gate reads (the first passage's), whether the block the hook would send
     holds the answer (the first passage and those within COMPANION_MARGIN of its blended score and
     judged at least COMPANION_RELEVANCE of it, up to max_context_chunks: AutoRetriever.choose), and
-    whether the question's named setting keeps the gate shut (AutoRetriever.opens)."""
+    whether the question's named setting keeps the gate shut (AutoRetriever.verdict)."""
     scores = blended_scores(one, weights)
     order = ranked(scores)
     first = order[0]
@@ -249,7 +249,7 @@ def setting_table(asked: list[Asked], weights) -> dict[str, int]:
 
 def gate_table(asked: list[Asked], retrieval_bar: float, weights) -> list[dict]:
     """For each (threshold, veto): answerable opened, blocks holding the answer among them, off-topic
-    opened (another domain) and near-misses opened (context.AutoRetriever.opens: the judgement at
+    opened (another domain) and near-misses opened (context.AutoRetriever.verdict: the judgement at
     `threshold`, or a confident retrieval not vetoed). A search that found nothing never opens."""
     seen = [(a, p, right) for a in asked if a.retrieval for p, right, shut in [block_of(a, weights)] if not shut]
     kinds = {"answerable_opened": lambda a: a.answerable, "off_topic_opened": lambda a: not a.answerable and not a.near,

@@ -136,7 +136,7 @@ VETO_KEEPS = 0.98  # the share of held-out answers the veto must let through
 def bars(table: list[dict]) -> dict:
     """The gate's two bars from the calibration table: `threshold`, the smallest probability at which
     at most MAX_OFF_TOPIC of off-topic questions open the gate by the judgement alone, and `veto`, the
-    largest under which at most 1 - VETO_KEEPS of held-out answers fall (context.AutoRetriever.opens)."""
+    largest under which at most 1 - VETO_KEEPS of held-out answers fall (context.AutoRetriever.verdict)."""
     threshold = next((row["threshold"] for row in table if row["off_topic_opened"] <= MAX_OFF_TOPIC), table[-1]["threshold"])
     veto = max((row["threshold"] for row in table if row["answerable_opened"] >= VETO_KEEPS), default=0.0)
     return {"threshold": threshold, "veto": veto}

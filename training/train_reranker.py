@@ -59,6 +59,7 @@ import random
 import re
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
@@ -469,11 +470,11 @@ def main() -> int:
         if headed_share:
             text_data = headed(text_data, titles, rng_stage, headed_share, listed)
         if chunked_share:
-            on_page: dict[str, list[str]] = {}
+            on_page: dict[str, dict[str, None]] = defaultdict(dict)  # group -> its passages, once each, in order
             for row, p in zip(rows, passage_of):
-                on_page.setdefault(row["group"], []).append(passages[p])
-            group_of_passage = {passages[p]: row["group"] for row, p in zip(rows, passage_of)}
-            siblings = {text: [n for n in dict.fromkeys(on_page[g]) if n != text] for text, g in group_of_passage.items()}
+                on_page[row["group"]][passages[p]] = None
+            page_of = {passages[p]: row["group"] for row, p in zip(rows, passage_of)}  # a shared passage: its last row's
+            siblings = {text: [n for n in on_page[group] if n != text] for text, group in page_of.items()}
             text_data = chunk_shaped(text_data, siblings, titles, rng_stage, chunked_share, listed)
         code_data, *_ = code_triples(code_asked, rng_stage, akin, code_traps, [None] * len(code_train) if others is not None else None)
         say(f"{len(text_data)} text queries, {len(code_data)} code queries ({len(code_held)} held out)")

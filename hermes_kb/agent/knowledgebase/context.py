@@ -56,6 +56,7 @@ VETOED = "retrieval is confident but the judge is sure the passage does not answ
 UNDER_BAR = "retrieval is not confident and the judge is under its bar"
 UNSURE_UNJUDGED = "retrieval is not confident (nothing judged)"
 SETTING = "the message names a setting the collection hardly mentions"
+NO_HITS = "retrieval found nothing"
 OPENING = frozenset({JUDGED_ANSWER, CONFIDENT, CONFIDENT_UNJUDGED})
 
 
@@ -253,10 +254,7 @@ class AutoRetriever:
         if searched is None:
             return None
         query, forced, result = searched
-        hits = result.hits
-        if not hits or not self.opens(hits, result.rerank, forced is not None, result.setting):
-            return None
-        chosen = self.choose(hits, forced is not None)
+        _, chosen = self.decided(result, forced is not None)
         if not chosen:
             return None
         self.injected.update(hit.content_hash for hit in chosen)
@@ -289,14 +287,18 @@ class AutoRetriever:
         self.injected.discard(hit.content_hash)
         self.citations.forget(hit_key(hit))
 
-    def opens(self, hits: list[Hit], judged: Judged | None, forced: bool = False,
-              setting: NamedSetting | None = None) -> bool:
-        return self.verdict(hits, judged, forced, setting) in OPENING
+    def decided(self, result: SearchResult, forced: bool = False) -> tuple[str, list[Hit]]:
+        """The gate's verdict on a search and the hits its block carries: none where it stays shut, or
+        where nothing found is fit to send (table debris, an index page, all injected before)."""
+        if not result.hits:
+            return NO_HITS, []
+        verdict = self.verdict(result.hits, result.rerank, forced, result.setting)
+        return verdict, self.choose(result.hits, forced) if verdict in OPENING else []
 
     def verdict(self, hits: list[Hit], judged: Judged | None, forced: bool = False,
                 setting: NamedSetting | None = None) -> str:
         """The gate, retrieval's confidence and the relevance model's judgement together, as the reason
-        it opens or stays shut (the reasons above; `opens`: whether it is one of OPENING): a passage the
+        it opens or stays shut (the reasons above; those in OPENING open it): a passage the
         model is sure answers (its probability at rerank_threshold, by default the engine's calibrated
         bar) opens it whatever retrieval's confidence; a confident retrieval opens it unless the model
         is sure the passage does not answer (under the engine's veto, which held-out answers almost
