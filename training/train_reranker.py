@@ -67,6 +67,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from docs_pairs import docs_tuples, held_out_ranking, sections  # noqa: E402
 from pairs import (CODE_PER_PACKAGE, REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples,  # noqa: E402,F401
                    DOMAINS, chunk_shaped, drawn_how_to, foreign_top, headed, how_to, installed_file, keywords, lexical_traps, page_title, prepared,
                    query_form, statement, swap_subject, swapped_subjects, triples)
@@ -377,6 +378,12 @@ def main() -> int:
                         help="stage 4: queries whose passages read as product chunks, a title and a neighbour's "
                              "fragment around them (`pairs.chunk_shaped`)")
     parser.add_argument("--chunked-share", type=float, default=0.7, help="the share of them shaped as chunks")
+    parser.add_argument("--docs-queries", type=int, default=0,
+                        help="stage 4 (from --stage3): queries, a --docs-share of them documentation sections asked "
+                             "by their headings (docs_pairs.py), the rest stage 3's, chunk-shaped at --chunked-share")
+    parser.add_argument("--docs-share", type=float, default=0.35)
+    parser.add_argument("--docs-corpus", type=Path, default=Path("/tmp/docs_chunks.jsonl.gz"),
+                        help="what `.venv/bin/python training/docs_corpus.py --out FILE` wrote")
     parser.add_argument("--attentive-pooling", action="store_true",
                         help="weigh the last layer's pieces by a learned direction rather than their mean "
                              "(CrossEncoder's `pool`; from a model trained with the mean it starts as that mean)")
@@ -399,10 +406,13 @@ def main() -> int:
     args = parser.parse_args()
     if args.stage2 and not args.akin_queries:
         parser.error("--stage2 starts stage 3, which --akin-queries sizes")
-    fourth = args.trap_queries or args.how_to_queries or args.headed_queries or args.chunked_queries
+    fourth = args.trap_queries or args.how_to_queries or args.headed_queries or args.chunked_queries or args.docs_queries
     if args.stage3 and not fourth:
-        parser.error("--stage3 starts stage 4, which --trap-queries, --how-to-queries, --headed-queries or "
-                     "--chunked-queries sizes")
+        parser.error("--stage3 starts stage 4, which --trap-queries, --how-to-queries, --headed-queries, "
+                     "--chunked-queries or --docs-queries sizes")
+    if args.docs_queries and not args.docs_corpus.is_file():
+        parser.error(f"{args.docs_corpus} is missing: run `.venv/bin/python training/docs_corpus.py --out "
+                     f"{args.docs_corpus}` first")
     loaded, start = next(((stage, path) for stage, path in ((3, args.stage3), (2, args.stage2), (1, args.stage1)) if path),
                          (0, None))
     torch.manual_seed(args.seed)
@@ -505,15 +515,25 @@ def main() -> int:
     if args.chunked_queries:
         shaped = searched(args.seed + 6, args.chunked_queries, akin=True, chunked_share=args.chunked_share)
         train_steps(model, tok, shaped, args.batch, args.trap_lr, say, "stage 4 (chunk-shaped)", args.out / "stage4.pt")
+    if args.docs_queries:
+        documented = docs_tuples(sections(args.docs_corpus), random.Random(args.seed + 7))
+        say(f"{len(documented)} documentation queries")
+        share = round(args.docs_queries * args.docs_share)
+        rest = searched(args.seed + 7, args.docs_queries - share, akin=True, chunked_share=args.chunked_share)
+        mixed = (documented * math.ceil(share / len(documented)))[:share] + rest
+        random.Random(args.seed + 7).shuffle(mixed)
+        train_steps(model, tok, mixed, args.batch, args.trap_lr, say, "stage 4 (documentation)", args.out / "stage4.pt")
     final = args.out / "model.pt"
     torch.save(model.state_dict(), final)
 
     figures = evaluate(model, tok, *val[:1], passages, *val[1:])
     figures["stage1"] = stage1
     figures["forms"] = validation_forms(model, tok, val[0], passages, val[1], code_held)
+    if args.docs_corpus.is_file():
+        figures["forms"]["docs"] = evaluate(model, tok, *held_out_ranking(sections(args.docs_corpus), random.Random(0)))
     seen = (len(data) + args.stage2_queries + args.akin_queries + args.trap_queries + args.how_to_queries
-            + args.headed_queries + args.chunked_queries)  # stages loaded included
-    figures.update({"pairs_seen": 3 * (len(data) + args.stage2_queries) + 4 * (args.akin_queries + args.how_to_queries + args.headed_queries + args.chunked_queries)
+            + args.headed_queries + args.chunked_queries + args.docs_queries)  # stages loaded included
+    figures.update({"pairs_seen": 3 * (len(data) + args.stage2_queries) + 4 * (args.akin_queries + args.how_to_queries + args.headed_queries + args.chunked_queries + args.docs_queries)
                     + 5 * args.trap_queries,
                     "queries_seen": seen, "started_from": str(start or onnx_path),
                     "train_seconds": round(time.time() - started), "layers": args.layers,
