@@ -16,7 +16,6 @@ import pytest
 
 pytest.importorskip("mcp")
 
-import mcp.types as types  # noqa: E402
 from mcp.shared.memory import create_connected_server_and_client_session  # noqa: E402
 
 from hermes_kb.mcp_server import build_server, file_uri, parse_uri  # noqa: E402

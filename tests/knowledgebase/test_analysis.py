@@ -92,22 +92,22 @@ def test_an_index_from_the_previous_analyzer_is_re_analysed_on_open_without_re_e
     kb = make_kb(docs)
     kb.index()
     path = kb.index_path(kb.targets(None)[0])
-    with IndexStore(path) as store:
-        vectors = store.vector_count()
-        with store.transaction():
-            store.conn.execute("DROP TABLE chunks_fts")
-            store.conn.execute("CREATE VIRTUAL TABLE chunks_fts USING fts5(text, heading, content='chunks', "
-                               "content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')")
-            store.conn.execute("CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN INSERT INTO chunks_fts(rowid, text, "
-                               "heading) VALUES (new.id, new.text, new.heading); END")
-            store.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
-            store.conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
-            store.conn.execute("DELETE FROM meta WHERE key IN ('analyzer', 'languages')")
+    with IndexStore(path) as old_index:
+        vectors = old_index.vector_count()
+        with old_index.transaction():
+            old_index.conn.execute("DROP TABLE chunks_fts")
+            old_index.conn.execute("CREATE VIRTUAL TABLE chunks_fts USING fts5(text, heading, content='chunks', "
+                                   "content_rowid='id', tokenize='porter unicode61 remove_diacritics 2')")
+            old_index.conn.execute("CREATE TRIGGER chunks_ai AFTER INSERT ON chunks BEGIN INSERT INTO chunks_fts(rowid, text, "
+                                   "heading) VALUES (new.id, new.text, new.heading); END")
+            old_index.conn.execute("INSERT INTO chunks_fts(chunks_fts) VALUES ('rebuild')")
+            old_index.conn.execute("UPDATE meta SET value = '1' WHERE key = 'schema_version'")
+            old_index.conn.execute("DELETE FROM meta WHERE key IN ('analyzer', 'languages')")
     embedded = sum(stub_embedder.calls)
-    with IndexStore(path) as store:
-        assert store.meta("analyzer") == analysis.ANALYZER and store.meta("schema_version") == "2"
-        assert store.vector_count() == vectors
-        assert store.conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'chunks_ai'").fetchone()[0] == 0
+    with IndexStore(path) as reopened:
+        assert reopened.meta("analyzer") == analysis.ANALYZER and reopened.meta("schema_version") == "2"
+        assert reopened.vector_count() == vectors
+        assert reopened.conn.execute("SELECT count(*) FROM sqlite_master WHERE name = 'chunks_ai'").fetchone()[0] == 0
     hits = kb.search("数据库迁移", mode="keyword").hits
     assert hits and hits[0].path == "zh.md"
     assert kb.search("回滚", mode="keyword").hits[0].path == "zh.md"

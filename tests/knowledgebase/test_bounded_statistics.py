@@ -32,7 +32,7 @@ def test_idf_of_arrays_is_finite_everywhere(frequencies):
     assert np.all(np.isfinite(values)) and np.all(values >= MIN_IDF)
 
 
-def _index_with_holes(store) -> None:
+def _index_with_holes(store) -> None:  # noqa: F811  (the fixture's value, passed on)
     """Over 4,000 chunk ids (so document frequencies are sampled in id windows), every chunk holding
     `common`, and most ids a hole: files written and deleted between the first and the last (what a
     --full run or deleted folders leave), so the windows see dense rows the width scale overstated."""
