@@ -39,6 +39,9 @@ The recipe, and why:
   `--headed-queries` (a Wikipedia title above the passages) and `--chunked-queries` (pairs.chunk_shaped:
   the passages read as product chunks, a title and a neighbouring paragraph's fragment around them), and
   `--attentive-pooling` (CrossEncoder.pool: a learned weighing of the pieces in place of their mean).
+  `--docs-queries` (tried, not shipped) mixes in real documentation: the sections of 24 pinned PyPI
+  projects' docs as the product chunks them, each asked by its heading (docs_corpus.py, docs_pairs.py);
+  when its corpus file is there, validation also ranks the held-out projects' sections ("docs").
 - Validation keeps whole pages/articles (and code modules) out of training (grouped split) and ranks
   each held-out query's positive among its BM25 top 20; then export_reranker.py writes the package's
   files and calibrate_pipeline.py chooses the blend and the gate's bars through the product's own
