@@ -132,3 +132,24 @@ def test_every_pinned_source_is_permissive_and_none_is_a_benchmark_collection():
     assert all(s["licence"] in {"MIT", "BSD", "BSD-3-Clause", "BSD-2-Clause", "Apache-2.0"} for s in pinned)
     assert not {s["project"] for s in pinned} & {*CODE_PACKAGES, "click", "npm", "postgresql"}
     assert docs_pairs.HELD_OUT <= {s["project"] for s in pinned}
+
+
+def test_a_general_questions_traps_are_sections_sharing_its_words_never_held_out_ones():
+    found = [{"project": project, "page": "p.md", "title": topic, "shown": f"{topic}\n{text}", "hidden": text}
+             for project in ("acme", "emmett")
+             for topic, text in (("Consistency", f"{project} keeps replicas consistent: eventual consistency of reads."),
+                                 ("Replicas", f"{project} replicas follow the primary; consistency is eventual."),
+                                 ("Sorting", f"{project} sorts with quicksort when the list fits in memory."),
+                                 ("Logging", f"{project} writes its log to stderr."))]
+    rows = [{"source": "squad_v1.1_train", "query": "What is eventual consistency in distributed replicas?",
+             "positive": "Eventual consistency is a model used in distributed computing.", "answer": "a model"},
+            {"source": "tldr_pages", "query": "sort: sort a list with quicksort", "positive": "sort -n file"},
+            {"source": "medquad", "query": "Who wrote Hamlet?", "positive": "Shakespeare wrote Hamlet."}]
+    pool = [row["positive"] for row in rows] + ["An unrelated passage about rivers."]
+    made = docs_pairs.general_traps(rows, found, pool, random.Random(4), count=5)
+    assert len(made) == 1  # tldr's command questions may be answered by a tool's docs; Hamlet shares no words
+    query, answer, first, second, other = made[0]
+    assert answer == rows[0]["positive"] and other != answer
+    acme = {text for s in found if s["project"] == "acme" for text in (s["shown"], s["hidden"])}
+    assert {first, second} <= acme and first != second
+    assert all("consisten" in trap for trap in (first, second))

@@ -22,7 +22,7 @@ from collections import defaultdict
 
 import numpy as np
 
-from pairs import bm25_top, task_verb
+from pairs import DOMAINS, bm25_top, query_form, task_verb, words
 
 # a reStructuredText title: a line of text under (and perhaps over) a line of one punctuation character
 RST_TITLE = re.compile(r"^(?:([=\-~^\"'*+#`:.])\1{2,}\n)?(?P<title>[^\n]*\S[^\n]*)\n([=\-~^\"'*+#`:.])\3{2,}[ \t]*$",
@@ -174,3 +174,35 @@ def held_out_ranking(found: list[dict], rng: random.Random) -> tuple[list[dict],
             rows.append({"query": query})
             passage_of.append(i)
     return rows, passages, passage_of, bm25_top([r["query"] for r in rows], passages, k=20)
+
+
+TRAP_DEPTH = 3  # a general question's traps are drawn from its first few BM25 sections
+TRAP_WORDS = 2  # ... each sharing at least this many of its content words
+TRAP_DRAWN = 6  # questions drawn for each trap kept: most share a word or none with any section
+
+
+def general_traps(rows: list[dict], found: list[dict], pool: list[str], rng: random.Random,
+                  count: int) -> list[tuple[str, ...]]:
+    """(query, answer, two documentation sections, a random passage) for `count` encyclopaedia and
+    medicine questions (never answered by a tool's documentation): the sections BM25 ranks first
+    for them share their rarest words and answer nothing ("What is eventual consistency?" against a
+    manual's section on application-level consistency). Documentation questions teach that a section
+    about a thing answers a question about it; these teach that a section mentioning it need not."""
+    general = [row for row in rows if DOMAINS[row["source"]] in ("wikipedia", "medicine")]
+    drawn = rng.sample(general, min(TRAP_DRAWN * count, len(general)))
+    kept = [s for s in found if s["project"] not in HELD_OUT]
+    queries = [query_form(row, rng) for row in drawn]
+    top = bm25_top(queries, [s["hidden"] for s in kept], k=TRAP_DEPTH)
+    out = []
+    for query, row, hits in zip(queries, drawn, top):
+        asked_words = set(words(query))
+        traps = [int(j) for j in hits if len(asked_words & set(words(kept[int(j)]["hidden"]))) >= TRAP_WORDS]
+        if len(out) == count or len(traps) < 2:  # a trap shares words, or it teaches nothing
+            continue
+        first, second = rng.sample(traps, 2)
+        form = "hidden" if rng.random() < HIDDEN_SHARE else "shown"
+        other = rng.choice(pool)
+        while other == row["positive"]:
+            other = rng.choice(pool)
+        out.append((query, row["positive"], kept[first][form], kept[second][form], other))
+    return out

@@ -70,7 +70,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docs_pairs import docs_tuples, held_out_ranking, sections  # noqa: E402
+from docs_pairs import docs_tuples, general_traps, held_out_ranking, sections  # noqa: E402
 from pairs import (CODE_PER_PACKAGE, REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples,  # noqa: E402,F401
                    DOMAINS, chunk_shaped, drawn_how_to, foreign_top, headed, how_to, installed_file, keywords, lexical_traps, page_title, prepared,
                    query_form, statement, swap_subject, swapped_subjects, triples)
@@ -385,6 +385,9 @@ def main() -> int:
                         help="stage 4 (from --stage3): queries, a --docs-share of them documentation sections asked "
                              "by their headings (docs_pairs.py), the rest stage 3's, chunk-shaped at --chunked-share")
     parser.add_argument("--docs-share", type=float, default=0.35)
+    parser.add_argument("--docs-traps-share", type=float, default=0.0,
+                        help="the share of --docs-queries that are encyclopaedia and medicine questions against the "
+                             "documentation sections BM25 ranks first for them (docs_pairs.general_traps)")
     parser.add_argument("--docs-corpus", type=Path, default=Path("/tmp/docs_chunks.jsonl.gz"),
                         help="what `.venv/bin/python training/docs_corpus.py --out FILE` wrote")
     parser.add_argument("--attentive-pooling", action="store_true",
@@ -521,9 +524,10 @@ def main() -> int:
     if args.docs_queries:
         documented = docs_tuples(sections(args.docs_corpus), random.Random(args.seed + 7))
         say(f"{len(documented)} documentation queries")
-        share = round(args.docs_queries * args.docs_share)
-        rest = searched(args.seed + 7, args.docs_queries - share, akin=True, chunked_share=args.chunked_share)
-        mixed = (documented * math.ceil(share / len(documented)))[:share] + rest
+        share, trapped = round(args.docs_queries * args.docs_share), round(args.docs_queries * args.docs_traps_share)
+        rest = searched(args.seed + 7, args.docs_queries - share - trapped, akin=True, chunked_share=args.chunked_share)
+        traps = general_traps(train_rows, sections(args.docs_corpus), passages, random.Random(args.seed + 8), trapped)
+        mixed = (documented * math.ceil(share / len(documented)))[:share] + rest + traps
         random.Random(args.seed + 7).shuffle(mixed)
         train_steps(model, tok, mixed, args.batch, args.trap_lr, say, "stage 4 (documentation)", args.out / "stage4.pt")
     final = args.out / "model.pt"
