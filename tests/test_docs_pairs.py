@@ -33,7 +33,7 @@ def test_a_heading_is_asked_as_documentation_is_asked(title, expected):
     assert docs_pairs.asked(title, "acme", random.Random(0)).startswith(expected)
 
 
-@pytest.mark.parametrize("title", ["Examples", "Overview", "1.9.2 - 2024-01-21", "I think I've got a bug!",
+@pytest.mark.parametrize("title", ["Examples", "Overview", "See also", "1.9.2 - 2024-01-21", "I think I've got a bug!",
                                    ".. _api-core:", "Security"])
 def test_a_heading_that_names_no_question_is_not_asked(title):
     assert docs_pairs.asked(title, "acme", random.Random(0)) is None

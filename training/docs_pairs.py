@@ -32,18 +32,18 @@ MARKUP = [(re.compile(r"\{#[^}]*\}"), ""), (re.compile(r"\[([^\]]*)\]\([^)]*\)")
           (re.compile(r":[\w:.-]+:`([^`<]*?)\s*(?:<[^>]*>)?`"), r"\1"), (re.compile(r"[`*_]{1,3}([^`*_]+)[`*_]{1,3}"), r"\1"),
           (re.compile(r"[^\w\s?.,:;!'\"()/<>=+#@&-]"), ""), (re.compile(r"\s+"), " ")]
 # headings that name no question: a page's parts that every project has
-UNASKED = frozenset("""overview introduction summary conclusion examples example notes note see also references
-reference parameters returns raises arguments attributes methods properties contents table of contents api
-changelog license credits acknowledgements faq motivation background prerequisites requirements next steps
-what's next tutorial tutorials guide guides usage how it works features description details more options""".split())
+UNASKED = frozenset("""overview, introduction, summary, conclusion, examples, example, notes, note, see also, references,
+reference, parameters, returns, raises, arguments, attributes, methods, properties, contents, table of contents, api,
+changelog, license, credits, acknowledgements, faq, motivation, background, prerequisites, requirements, next steps,
+what's next, tutorial, tutorials, guide, guides, usage, how it works, features, description, details, more options""".replace("\n", " ").split(", "))
 SETUP = {"installation": "How do I install {project}?", "install": "How do I install {project}?",
          "installing": "How do I install {project}?", "configuration": "How do I configure {project}?",
          "getting started": "How do I get started with {project}?", "quickstart": "How do I get started with {project}?",
          "quick start": "How do I get started with {project}?", "upgrading": "How do I upgrade {project}?",
          "troubleshooting": "How do I troubleshoot problems with {project}?"}
 PRONOUN = re.compile(r"\b(i|i'\w+|we|you|my|our|your|me|us)\b")  # a sentence, not a subject: "I think I've got a bug!"
-HIDDEN_SHARE = 0.5
-HELD_OUT = frozenset({"emmett", "jupytext", "inline-snapshot"})  # projects kept for validation alone  # tuples shown without their passages' innermost headings
+HIDDEN_SHARE = 0.5  # tuples shown without their passages' innermost headings
+HELD_OUT = frozenset({"emmett", "jupytext", "inline-snapshot"})  # projects kept for validation alone
 MIN_WORDS = 15  # a section's first chunk with fewer words (after its heading) answers nothing
 
 
@@ -75,23 +75,23 @@ def asked(title: str, project: str, rng: random.Random) -> str | None:
     lowered = title.lower()
     if lowered in SETUP:
         return SETUP[lowered].format(project=project)
-    words = title.split()
-    if not words or lowered in UNASKED or re.search(r"\d+\.\d+", title):
+    parts = title.split()
+    if not parts or lowered in UNASKED or re.search(r"\d+\.\d+", title):
         return None
     named = f" in {project}" if rng.random() < 0.5 else ""
     if title.endswith("?"):
         return title
     if lowered.startswith("how to "):
         return f"How do I {title[7:].rstrip('.')}{named}?"
-    first, rest = words[0], " ".join(words[1:])
+    first, rest = parts[0], " ".join(parts[1:])
     if (verb := gerund_base(first) or task_verb(first)) and rest:
         return f"How do I {verb} {rest}{named}?"
-    if len(words) == 1 and re.fullmatch(r"-{0,2}[\w.<>-]+", first) and not first.istitle():
+    if len(parts) == 1 and re.fullmatch(r"-{0,2}[\w.<>-]+", first) and not first.istitle():
         return f"What does {first} do{named}?"  # an option, a setting, a function
-    if len(words) < 2 or title.endswith("!") or PRONOUN.search(lowered):
+    if len(parts) < 2 or title.endswith("!") or PRONOUN.search(lowered):
         return None
     forms = [f"{lowered}{named}", f"{project} {lowered}"]
-    if len(words) <= 4:
+    if len(parts) <= 4:
         forms.append(f"How does {lowered} work{named}?")
     return rng.choice(forms)
 
