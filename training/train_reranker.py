@@ -522,11 +522,12 @@ def main() -> int:
         shaped = searched(args.seed + 6, args.chunked_queries, akin=True, chunked_share=args.chunked_share)
         train_steps(model, tok, shaped, args.batch, args.trap_lr, say, "stage 4 (chunk-shaped)", args.out / "stage4.pt")
     if args.docs_queries:
-        documented = docs_tuples(sections(args.docs_corpus), random.Random(args.seed + 7))
+        found = sections(args.docs_corpus)
+        documented = docs_tuples(found, random.Random(args.seed + 7))
         say(f"{len(documented)} documentation queries")
         share, trapped = round(args.docs_queries * args.docs_share), round(args.docs_queries * args.docs_traps_share)
         rest = searched(args.seed + 7, args.docs_queries - share - trapped, akin=True, chunked_share=args.chunked_share)
-        traps = general_traps(train_rows, sections(args.docs_corpus), passages, random.Random(args.seed + 8), trapped)
+        traps = general_traps(train_rows, found, passages, random.Random(args.seed + 8), trapped)
         mixed = (documented * math.ceil(share / len(documented)))[:share] + rest + traps
         random.Random(args.seed + 7).shuffle(mixed)
         train_steps(model, tok, mixed, args.batch, args.trap_lr, say, "stage 4 (documentation)", args.out / "stage4.pt")
