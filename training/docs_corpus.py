@@ -1,6 +1,6 @@
 """Documentation as the product reads it, for the relevance model's documentation-shaped pairs.
 
-    .venv/bin/python training/docs_corpus.py --out /tmp/docs_chunks.jsonl.gz    # ~1 min, ~500 MB download
+    .venv/bin/python training/docs_corpus.py    # ~500 MB to download the first time (12 s here), then 5 s
 
 Every training pair in ../shared/train is a clean paragraph; the product hands its judge a chunk of a
 documentation page: a heading path, markup, code blocks, directives, a neighbour's sentence. The judge
@@ -27,6 +27,9 @@ from pathlib import Path, PurePosixPath
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from docs_pairs import CORPUS  # noqa: E402
 
 from hermes_kb.agent.knowledgebase.chunker import chunk_document  # noqa: E402
 from hermes_kb.agent.knowledgebase.config import ChunkingConfig  # noqa: E402
@@ -35,7 +38,7 @@ from hermes_kb.agent.knowledgebase.kinds.registry import kind_of  # noqa: E402
 from hermes_kb.agent.knowledgebase.loaders import load  # noqa: E402
 
 SOURCES = Path(__file__).with_name("docs_sources.tsv")
-INDEX = "https://pypi.org/pypi/{name}/{version}/json"
+INDEX = "https://pypi.org/pypi/{name}/json"  # every release's files (mirrors may lack the per-version page)
 DOC_FOLDERS = {"docs", "doc", "documentation"}
 SUFFIXES = {".md", ".rst"}
 # release notes, licences and contributor guides: not what a user asks a project's documentation
@@ -53,9 +56,9 @@ def fetched(source: dict, cache: Path) -> bytes:
     """The pinned sdist, from the cache or PyPI; a file whose sha256 differs is refused, never used."""
     path = cache / source["sdist"]
     if not path.exists():
-        index_url = INDEX.format(name=source["project"], version=source["version"])
+        index_url = INDEX.format(name=source["project"])
         meta = json.load(urllib.request.urlopen(index_url, timeout=60))
-        url = next(u["url"] for u in meta["urls"] if u["filename"] == source["sdist"])
+        url = next(u["url"] for u in meta["releases"].get(source["version"], []) if u["filename"] == source["sdist"])
         data = urllib.request.urlopen(urllib.parse.urljoin(index_url, url), timeout=300).read()
         cache.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
@@ -90,8 +93,8 @@ def chunks_of(project: str, page: str, data: bytes, config: ChunkingConfig) -> l
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True, help="the chunks, gzip JSON lines")
-    parser.add_argument("--cache", type=Path, default=Path.home() / ".cache" / "hermes-kb-training" / "sdists")
+    parser.add_argument("--out", type=Path, default=CORPUS, help="the chunks, gzip JSON lines")
+    parser.add_argument("--cache", type=Path, default=CORPUS.parent / "sdists")
     args = parser.parse_args()
     config = ChunkingConfig()
     rows = []
@@ -101,6 +104,7 @@ def main() -> int:
         print(f"{source['project']} {source['version']} ({source['licence']}): {len(pages)} pages, "
               f"{len(found)} chunks", file=sys.stderr)
         rows += found
+    args.out.parent.mkdir(parents=True, exist_ok=True)
     with gzip.open(args.out, "wt", encoding="utf-8") as out:
         for row in rows:
             out.write(json.dumps(row, ensure_ascii=False) + "\n")

@@ -19,10 +19,13 @@ import json
 import random
 import re
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 
 from pairs import DOMAINS, bm25_top, query_form, task_verb, words
+
+CORPUS = Path.home() / ".cache" / "hermes-kb-training" / "docs_chunks.jsonl.gz"  # what docs_corpus.py writes
 
 # a reStructuredText title: a line of text under (and perhaps over) a line of one punctuation character
 RST_TITLE = re.compile(r"^(?:([=\-~^\"'*+#`:.])\1{2,}\n)?(?P<title>[^\n]*\S[^\n]*)\n([=\-~^\"'*+#`:.])\3{2,}[ \t]*$",

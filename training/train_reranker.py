@@ -70,7 +70,7 @@ import torch
 from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from docs_pairs import docs_tuples, general_traps, held_out_ranking, sections  # noqa: E402
+from docs_pairs import CORPUS, docs_tuples, general_traps, held_out_ranking, sections  # noqa: E402
 from pairs import (CODE_PER_PACKAGE, REPO, TOKENIZER, TRAIN_DIR, bm25_top, code_rows, code_triples,  # noqa: E402,F401
                    DOMAINS, chunk_shaped, drawn_how_to, foreign_top, headed, how_to, installed_file, keywords, lexical_traps, page_title, prepared,
                    query_form, statement, swap_subject, swapped_subjects, triples)
@@ -388,8 +388,8 @@ def main() -> int:
     parser.add_argument("--docs-traps-share", type=float, default=0.0,
                         help="the share of --docs-queries that are encyclopaedia and medicine questions against the "
                              "documentation sections BM25 ranks first for them (docs_pairs.general_traps)")
-    parser.add_argument("--docs-corpus", type=Path, default=Path("/tmp/docs_chunks.jsonl.gz"),
-                        help="what `.venv/bin/python training/docs_corpus.py --out FILE` wrote")
+    parser.add_argument("--docs-corpus", type=Path, default=CORPUS,
+                        help="what `.venv/bin/python training/docs_corpus.py` wrote")
     parser.add_argument("--attentive-pooling", action="store_true",
                         help="weigh the last layer's pieces by a learned direction rather than their mean "
                              "(CrossEncoder's `pool`; from a model trained with the mean it starts as that mean)")
@@ -418,7 +418,7 @@ def main() -> int:
                      "--chunked-queries or --docs-queries sizes")
     if args.docs_queries and not args.docs_corpus.is_file():
         parser.error(f"{args.docs_corpus} is missing: run `.venv/bin/python training/docs_corpus.py --out "
-                     f"{args.docs_corpus}` first")
+                     f"{args.docs_corpus}` in the product's venv first")
     loaded, start = next(((stage, path) for stage, path in ((3, args.stage3), (2, args.stage2), (1, args.stage1)) if path),
                          (0, None))
     torch.manual_seed(args.seed)
