@@ -66,6 +66,7 @@ def test_a_section_is_shown_as_the_product_shows_it_and_hidden_without_its_own_h
     markdown, rst = found
     assert markdown["shown"] == f"Caching > Expiring entries\n## Expiring entries\n\n{BODY}"
     assert markdown["hidden"] == f"Caching\n{BODY}"
+    assert markdown["path"] == ("Caching", "Expiring entries") and rst["path"] == ()
     assert "Routing" not in rst["hidden"] and "-------" not in rst["hidden"]
     assert rst["hidden"].startswith("the end of the section before.") and rst["hidden"].endswith(BODY)
 
@@ -87,17 +88,25 @@ def test_no_negative_is_the_answer_or_a_section_nested_with_it(tmp_path):
                                       f"Each host may set its own {topic} in its block, {body}"))
     found = docs_pairs.sections(write_corpus(tmp_path / "c.jsonl.gz", chunks))
     made = docs_pairs.docs_tuples(found, random.Random(1))
-    path_of = {text: s["shown"].split("\n")[0] for s in found for text in (s["shown"], s["hidden"])}
+    path_of = {text: s["path"] for s in found for text in (s["shown"], s["hidden"])}
     project_of = {text: s["project"] for s in found for text in (s["shown"], s["hidden"])}
     assert len(made) >= 12
     for query, answer, *negatives in made:
         assert len(negatives) == 3 and answer not in negatives
         for negative in negatives:
             if project_of[negative] == project_of[answer]:
-                assert not path_of[negative].startswith(path_of[answer]), (query, path_of[negative])
-                assert not path_of[answer].startswith(path_of[negative]), (query, path_of[negative])
+                shorter = min(len(path_of[negative]), len(path_of[answer]))
+                assert path_of[negative][:shorter] != path_of[answer][:shorter], (query, path_of[negative])
         named = project_of[answer] in query
         assert (project_of[negatives[2]] != project_of[answer]) == named  # only a named question meets another project
+
+
+def test_sections_nest_by_whole_headings_and_reStructuredText_ones_with_none():
+    assert docs_pairs.nested(("Guide", "Sessions"), ("Guide", "Sessions", "Per host"))
+    assert docs_pairs.nested(("Guide", "Sessions"), ("Guide", "Sessions"))
+    assert not docs_pairs.nested(("Guide", "Session"), ("Guide", "Sessions", "Per host"))
+    assert not docs_pairs.nested(("Guide", "Session"), ("Guide", "Pools"))
+    assert not docs_pairs.nested((), ()) and not docs_pairs.nested((), ("Guide",))
 
 
 def sdist(files: dict[str, bytes]) -> bytes:

@@ -120,9 +120,17 @@ def sections(path) -> list[dict]:
             body = f"{opening[:title.start()]}{after}".strip()
             parent = heading.rsplit(" > ", 1)[0] if " > " in heading else ""
             found.append({"project": chunk["project"], "page": chunk["page"], "title": title["title"].strip(),
+                          "path": tuple(heading.split(" > ")) if heading else (),
                           "shown": f"{heading}\n{chunk['text']}" if heading else chunk["text"],
                           "hidden": f"{parent}\n{body}" if parent else body})
     return found
+
+
+def nested(one: tuple[str, ...], other: tuple[str, ...]) -> bool:
+    """Whether one heading path lies inside the other (or is it): such sections may answer together.
+    reStructuredText chunks carry no path, so none of them is known to nest."""
+    shorter = min(len(one), len(other))
+    return shorter > 0 and one[:shorter] == other[:shorter]
 
 
 def docs_tuples(found: list[dict], rng: random.Random) -> list[tuple[str, ...]]:
@@ -147,8 +155,7 @@ def docs_tuples(found: list[dict], rng: random.Random) -> list[tuple[str, ...]]:
         def unrelated(j: int) -> bool:
             other = kept[j]
             return j != i and other["hidden"] != answer["hidden"] and not (
-                other["page"] == answer["page"] and (other["shown"].startswith(answer["shown"].split("\n")[0])
-                                                    or answer["shown"].startswith(other["shown"].split("\n")[0])))
+                other["page"] == answer["page"] and nested(other["path"], answer["path"]))
 
         mine = [int(j) for j in hits if unrelated(j) and kept[j]["project"] == answer["project"]]
         theirs = [int(j) for j in hits if kept[j]["project"] != answer["project"]]

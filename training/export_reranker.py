@@ -26,7 +26,7 @@ import train_reranker as recipe  # noqa: E402
 
 PACKAGE_DIR = recipe.REPO / "hermes_kb" / "agent" / "knowledgebase" / "models" / "reranker"
 NAME, VERSION = "hermes-kb-relevance-minilm-l{layers}", "1.2"  # the name says the depth, the version the recipe
-STAGE4_VERSION = "1.3"  # with a fourth stage (--trap-queries, --how-to-queries, --headed-queries or --chunked-queries), none shipped yet
+STAGE4_VERSION = "1.3"  # with a fourth stage (--trap-queries, --how-to-queries, --headed-queries, --chunked-queries or --docs-queries), none shipped yet
 MIN_QUANTIZED = 16384  # initializers with fewer values stay fp32 (biases, norms, the head)
 MAX_BYTES = 25 * 1024 * 1024  # what the package may carry for the model (issue #49)
 MARGIN_BYTES = 1024 * 1024  # the small initializers and the graph beside the large ones
