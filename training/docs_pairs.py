@@ -162,7 +162,7 @@ def docs_tuples(found: list[dict], rng: random.Random) -> list[tuple[str, ...]]:
         if not mine:
             continue
         page = [j for j in on_page[(answer["project"], answer["page"])] if unrelated(j) and j != mine[0]]
-        sibling = rng.choice(page) if page else next((j for j in mine[1:]), None)
+        sibling = rng.choice(page) if page else mine[1] if len(mine) > 1 else None
         named = answer["project"] in query
         third = theirs[:1] if named else [j for j in mine[1:] if j != sibling][:1]
         if sibling is None or not third:
@@ -205,9 +205,11 @@ def general_traps(rows: list[dict], found: list[dict], pool: list[str], rng: ran
     top = bm25_top(queries, [s["hidden"] for s in kept], k=TRAP_DEPTH)
     out = []
     for query, row, hits in zip(queries, drawn, top):
+        if len(out) == count:
+            break
         asked_words = set(words(query))
         traps = [int(j) for j in hits if len(asked_words & set(words(kept[int(j)]["hidden"]))) >= TRAP_WORDS]
-        if len(out) == count or len(traps) < 2:  # a trap shares words, or it teaches nothing
+        if len(traps) < 2:  # a trap shares words, or it teaches nothing
             continue
         first, second = rng.sample(traps, 2)
         form = "hidden" if rng.random() < HIDDEN_SHARE else "shown"
