@@ -133,6 +133,25 @@ def test_only_the_docs_folders_pages_are_read_and_a_changed_sdist_is_refused(tmp
         docs_corpus.fetched(source, tmp_path)
 
 
+def test_an_sdist_that_cannot_be_fetched_is_one_sentence(tmp_path, monkeypatch):
+    import urllib.error
+    import urllib.request
+
+    source = {"project": "acme", "version": "1.0", "sdist": "acme-1.0.tar.gz", "sha256": "0" * 64, "licence": "MIT"}
+
+    def offline(url, timeout):
+        raise urllib.error.URLError("no route to host")
+
+    monkeypatch.setattr(urllib.request, "urlopen", offline)
+    with pytest.raises(SystemExit, match="could not fetch acme-1.0.tar.gz from PyPI"):
+        docs_corpus.fetched(source, tmp_path)
+    listing = io.BytesIO(json.dumps({"releases": {"0.9": [{"filename": "acme-0.9.tar.gz", "url": "x"}]}}).encode())
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: listing)
+    with pytest.raises(SystemExit, match="is not among acme 1.0's files"):
+        docs_corpus.fetched(source, tmp_path)
+    assert not (tmp_path / "acme-1.0.tar.gz").exists()
+
+
 def test_every_pinned_source_is_permissive_and_none_is_a_benchmark_collection():
     from benchmarks.collection_builders import CODE_PACKAGES
 

