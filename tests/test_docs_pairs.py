@@ -101,6 +101,28 @@ def test_no_negative_is_the_answer_or_a_section_nested_with_it(tmp_path):
         assert (project_of[negatives[2]] != project_of[answer]) == named  # only a named question meets another project
 
 
+def test_an_unnamed_question_may_meet_a_section_of_another_project_about_something_else(tmp_path):
+    topics = {"acme": ["Rotating the logs", "Clearing the cache", "Pooling connections", "Renaming routes"],
+              "zeta": ["Deploying behind nginx", "Upgrading the schema", "Signing requests", "Tracing spans"]}
+    chunks = []
+    for project, titles in topics.items():
+        for n, title in enumerate(titles):
+            mentions = " ".join(f"{w.lower()} logs cache connections routes" for w in title.split())
+            body = f"In {project}, {title.lower()} is done once per worker at start; {mentions} are all read then. " * 2
+            chunks.append(section(project, f"p{n % 2}.md", f"Guide > {title}", body))
+    found = docs_pairs.sections(write_corpus(tmp_path / "c.jsonl.gz", chunks))
+    shown = {text: s for s in found for text in (s["shown"], s["hidden"])}
+    made = docs_pairs.docs_tuples(found, random.Random(3), foreign_share=1.0)
+    unnamed = [t for t in made if shown[t[1]]["project"] not in t[0]]
+    assert unnamed and len(unnamed) < len(made)
+    for query, answer, *negatives in made:
+        third, answer = shown[negatives[2]], shown[answer]
+        assert third["project"] != answer["project"], query
+        assert not set(docs_pairs.words(third["title"])) & set(docs_pairs.words(answer["title"])), query
+    plain = docs_pairs.docs_tuples(found, random.Random(3))
+    assert all(shown[t[4]]["project"] == shown[t[1]]["project"] for t in plain if shown[t[1]]["project"] not in t[0])
+
+
 def test_sections_nest_by_whole_headings_and_reStructuredText_ones_with_none():
     assert docs_pairs.nested(("Guide", "Sessions"), ("Guide", "Sessions", "Per host"))
     assert docs_pairs.nested(("Guide", "Sessions"), ("Guide", "Sessions"))

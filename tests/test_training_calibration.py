@@ -61,3 +61,65 @@ def test_the_blends_tried_reach_as_deep_as_the_engine_judges_and_none_twice():
         per_rank = {tuple(calibrate_pipeline.relevance.retrieval_weight(r, w) for r in range(depth)) for w in judged}
         assert len(per_rank) == len(judged)
     assert len(calibrate_pipeline.candidate_blends(6)) < len(calibrate_pipeline.candidate_blends(12))
+
+
+def test_a_documentation_site_is_asked_its_own_sections_and_other_projects_questions(tmp_path, monkeypatch):
+    """A held-out project's pages are written as its sdist holds them; its sections' questions are
+    answerable there (the answer: the section's page), other projects' questions are off-topic,
+    except one whose heading the site also has (it may be answered there)."""
+    import gzip
+    import hashlib
+    import io
+    import json
+    import random
+    import tarfile
+
+    body = "The cache keeps every rendered page for ten minutes and drops the oldest entry when it is full again."
+    pages = {"guide/cache.md": f"# Guide\n\n## Clearing the cache\n\n{body}\n\n## Configuration\n\n{body}\n"}
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        for name, text in pages.items():
+            info = tarfile.TarInfo(f"jupytext-1.0/docs/{name}")
+            info.size = len(text.encode())
+            archive.addfile(info, io.BytesIO(text.encode()))
+    (tmp_path / "sdists").mkdir()
+    (tmp_path / "sdists" / "jupytext-1.0.tar.gz").write_bytes(buffer.getvalue())
+    source = {"project": "jupytext", "version": "1.0", "sdist": "jupytext-1.0.tar.gz",
+              "sha256": hashlib.sha256(buffer.getvalue()).hexdigest(), "licence": "MIT"}
+    monkeypatch.setattr(calibrate_pipeline.docs_corpus, "sources", lambda: [source])
+    monkeypatch.setattr(calibrate_pipeline.docs_pairs, "HELD_OUT", frozenset({"jupytext"}))
+
+    def chunk(project: str, page: str, path: str) -> dict:
+        return {"project": project, "page": page, "heading": path, "text": f"## {path.split(' > ')[-1]}\n\n{body}"}
+
+    corpus = tmp_path / "docs_chunks.jsonl.gz"
+    with gzip.open(corpus, "wt", encoding="utf-8") as out:
+        for one in (chunk("jupytext", "guide/cache.md", "Guide > Clearing the cache"),
+                    chunk("jupytext", "guide/cache.md", "Guide > Configuration"),
+                    chunk("acme", "setup.md", "Setup > Rotating the logs"),
+                    chunk("acme", "setup.md", "Setup > Configuration")):
+            out.write(json.dumps(one) + "\n")
+    sites = calibrate_pipeline.docs_sites(tmp_path / "collections", corpus, random.Random(1))
+    assert (tmp_path / "collections" / "pages-jupytext" / "guide" / "cache.md").read_text() == pages["guide/cache.md"]
+    assert [(s["site"], s["file"]) for s in sites] == [("pages-jupytext", "guide/cache.md")] * 2 + [("pages-jupytext", None)]
+    assert "clear the cache" in sites[0]["query"] and "rotate the logs" in sites[2]["query"]
+    assert calibrate_pipeline.docs_sites(tmp_path / "elsewhere", tmp_path / "missing.jsonl.gz", random.Random(1)) == []
+
+
+def test_the_gates_bars_open_the_most_answers_within_both_off_topic_limits():
+    def row(threshold, veto, answerable, off_topic, site_off_topic, precision=0.95):
+        return {"threshold": threshold, "veto": veto, "answerable_opened": answerable, "precision": precision,
+                "off_topic_opened": off_topic, "site_off_topic_opened": site_off_topic}
+
+    gate = [row(0.4, 0.05, 0.95, 0.005, 0.03),   # a site's off-topic questions open it too often
+            row(0.5, 0.05, 0.90, 0.005, 0.015),
+            row(0.5, 0.15, 0.88, 0.005, 0.008),
+            row(0.5, 0.30, 0.88, 0.004, 0.004),   # as many answers, fewer off-topic: chosen over the last
+            row(0.6, 0.05, 0.89, 0.02, 0.0),      # another domain's off-topic queries open it too often
+            row(0.7, 0.05, 0.80, 0.0, 0.0, precision=0.85)]
+    assert calibrate_pipeline.chosen_bars(gate, 0.05, sites=True) == gate[3]
+    # without the sites the veto stays export_reranker's and the site's column is not there to read (zeros)
+    unsited = [dict(r, site_off_topic_opened=0.0) for r in gate]
+    assert calibrate_pipeline.chosen_bars(unsited, 0.15, sites=False) == unsited[2]
+    assert calibrate_pipeline.chosen_bars(unsited, 0.05, sites=False) == unsited[0]
+    assert calibrate_pipeline.chosen_bars(gate[-1:], 0.05, sites=True) is None

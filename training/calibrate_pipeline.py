@@ -12,11 +12,15 @@ and code (the held-out modules' functions). Each held-out query is asked as a qu
 (off-topic there: its answer is not in it, some of its words are), and half of them also of their own
 collection's twin that lacks their page, article or module (a near-miss: the same kind of answer
 about another thing, what a site's off-topic messages meet), through KnowledgeBase.search with the
-relevance stage off; the model then judges the candidates the stage would judge.
+relevance stage off; the model then judges the candidates the stage would judge. Where
+training/docs_corpus.py has written its corpus, the three projects docs_pairs holds out are indexed
+as documentation sites (their pages as their sdists hold them), asked the questions their headings
+name and, as off-topic, other projects' documentation questions (docs_sites).
 
 Reported, and written to --out as JSON: nDCG@10 of retrieval alone, of the shipped blend and of other
 blends; for the gate, the share of answerable queries opened, the share of opened blocks whose first
-passage is the answer, and the shares of off-topic queries and of near-misses opened, for each pair of bars.
+passage is the answer, and the shares of off-topic queries and of near-misses opened, for each pair of
+bars, and the same for the documentation sites alone (site_*); the bars chosen by chosen_bars.
 """
 
 from __future__ import annotations
@@ -34,6 +38,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import docs_corpus  # noqa: E402
+import docs_pairs  # noqa: E402
 import pairs  # noqa: E402
 
 from hermes_kb.agent.knowledgebase import reranker as relevance  # noqa: E402
@@ -45,6 +51,8 @@ COLLECTIONS = {"squad_v1.1_train": "wikipedia", "nq_qed_train": "wikipedia", "me
                "tldr_pages": "docs", "msdocs_faq": "docs", "code": "code"}
 OFF_TOPIC_OF = {"wikipedia": "docs", "docs": "code", "code": "wikipedia"}
 NEAR = "-near"  # a collection's near-miss twin: its look-alikes and half its held-out pages (near_half)
+PAGES = "pages"  # held-out projects' documentation sites (docs_sites), a collection each as a user indexes one
+SITE_OFF_TOPIC = 400  # other projects' documentation questions asked of each site
 MAX_OFF_TOPIC, MIN_PRECISION = 0.02, 0.9  # issue #49's bars for the gate: off-topic opened, blocks holding an answer
 BARS = [round(0.05 * i, 2) for i in range(1, 20)]
 CHUNKS = parse_knowledgebase({}).max_context_chunks
@@ -128,15 +136,58 @@ def forms(row: dict, how_to: bool = False) -> dict[str, str]:
     return {form: text for form, text in asked.items() if text}
 
 
+def docs_sites(root: Path, corpus: Path, rng: random.Random) -> list[dict]:
+    """Each held-out project's documentation (docs_pairs.HELD_OUT) written out as its sdist holds it, a
+    collection of its own (`PAGES`-project), as a user indexes a site. Its askable sections
+    (docs_pairs.asked) are its answerable questions, the answer the section's page; SITE_OFF_TOPIC
+    documentation questions of the training-side projects are its off-topic ones: programming
+    questions about another tool that share a site's words ("How do I install hatch?" meets an
+    Installation page), what a documentation site's off-topic messages are, and what the other
+    domains' queries are far easier to refuse than. A question whose heading the site also has
+    ("Configuration") might be answered there and is not asked of it. None without the corpus."""
+    if not corpus.exists():
+        print(f"no documentation sites: {corpus} is missing (training/docs_corpus.py writes it)", file=sys.stderr)
+        return []
+    found = docs_pairs.sections(corpus)
+    sources = {source["project"]: source for source in docs_corpus.sources()}
+    asked_of = [(section, query) for section in found if (query := docs_pairs.asked(section["title"], section["project"], rng))]
+    queries = []
+    for project in sorted(docs_pairs.HELD_OUT):
+        site = f"{PAGES}-{project}"
+        for page, data in docs_corpus.doc_files(docs_corpus.fetched(sources[project], corpus.parent / "sdists")):
+            (root / site / page).parent.mkdir(parents=True, exist_ok=True)
+            (root / site / page).write_bytes(data)
+        headings = {docs_pairs.plain(s["title"]).lower() for s in found if s["project"] == project}
+        foreign = [query for section, query in asked_of if section["project"] not in docs_pairs.HELD_OUT
+                   and docs_pairs.plain(section["title"]).lower() not in headings]
+        queries += [{"query": query, "site": site, "file": section["page"]}
+                    for section, query in asked_of if section["project"] == project]
+        queries += [{"query": query, "site": site, "file": None}
+                    for query in rng.sample(foreign, min(SITE_OFF_TOPIC, len(foreign)))]
+    return queries
+
+
 def ask_all(rows: list[dict], root: Path, home: Path, judge: relevance.LocalReranker, per_collection: int,
-            seed: int, how_to: bool = False, depth: int = relevance.DEPTH) -> list[Asked]:
+            seed: int, how_to: bool = False, depth: int = relevance.DEPTH, sites: list[dict] = ()) -> list[Asked]:
     names = sorted(set(COLLECTIONS.values()))
-    section = {"directories": [{"path": str(root / name), "name": name} for name in names + [n + NEAR for n in names]],
-               "rerank": "off"}
-    kb = KnowledgeBase(parse_knowledgebase(section), home)
+    names += [n + NEAR for n in names] + sorted({one["site"] for one in sites})
+    kb = KnowledgeBase(parse_knowledgebase({"directories": [{"path": str(root / name), "name": name} for name in names],
+                                            "rerank": "off"}), home)
     started = time.time()
     kb.index()
     print(f"indexed {sum(1 for _ in root.rglob('*.*'))} files in {time.time() - started:.0f} s", file=sys.stderr)
+
+    def ask(text: str, target: str, file: str | None, one: Asked) -> Asked:
+        result = kb.search(text, k=depth, directory=target)
+        hits, setting = result.hits, result.setting
+        one.confidence = confidence(hits)
+        if setting is not None and setting.foreign:
+            one.off_setting = [not setting.held_by(h) for h in hits]
+        one.retrieval = [h.score for h in hits]
+        one.right = [one.answerable and h.path == file for h in hits]
+        one.judged = judge.scores(text, [f"{h.heading}\n{h.text}" if h.heading else h.text for h in hits]) if hits else []
+        return one
+
     rng = random.Random(seed)
     by_collection: dict[str, list[dict]] = {}
     for row in rows:
@@ -150,16 +201,11 @@ def ask_all(rows: list[dict], root: Path, home: Path, judge: relevance.LocalRera
                 targets.append((collection + NEAR, False))
             for form, text in forms(row, how_to).items():
                 for target, answerable in targets:
-                    result = kb.search(text, k=depth, directory=target)
-                    hits, setting = result.hits, result.setting
-                    one = Asked(collection, form, answerable, confidence=confidence(hits), near=target.endswith(NEAR))
-                    if setting is not None and setting.foreign:
-                        one.off_setting = [not setting.held_by(h) for h in hits]
-                    one.retrieval = [h.score for h in hits]
-                    one.right = [answerable and h.path == row["file"] for h in hits]
-                    one.judged = judge.scores(text, [f"{h.heading}\n{h.text}" if h.heading else h.text for h in hits]) if hits else []
-                    asked.append(one)
+                    asked.append(ask(text, target, row["file"], Asked(collection, form, answerable, near=target.endswith(NEAR))))
         print(f"{collection}: asked {len(asked)} so far, {time.time() - started:.0f} s", file=sys.stderr)
+    for one in sites:
+        asked.append(ask(one["query"], one["site"], one["file"], Asked(PAGES, "question", one["file"] is not None)))
+    print(f"{PAGES}: asked {len(asked)} in all, {time.time() - started:.0f} s", file=sys.stderr)
     return asked
 
 
@@ -252,17 +298,38 @@ def gate_table(asked: list[Asked], retrieval_bar: float, weights) -> list[dict]:
     opened (another domain) and near-misses opened (context.AutoRetriever.verdict: the judgement at
     `threshold`, or a confident retrieval not vetoed). A search that found nothing never opens."""
     seen = [(a, p, right) for a in asked if a.retrieval for p, right, shut in [block_of(a, weights)] if not shut]
-    kinds = {"answerable_opened": lambda a: a.answerable, "off_topic_opened": lambda a: not a.answerable and not a.near,
-             "near_miss_opened": lambda a: a.near}
+    kinds = {"answerable_opened": lambda a: a.answerable,
+             "off_topic_opened": lambda a: not a.answerable and not a.near and a.collection != PAGES,
+             "near_miss_opened": lambda a: a.near,
+             "site_answerable_opened": lambda a: a.answerable and a.collection == PAGES,
+             "site_off_topic_opened": lambda a: not a.answerable and a.collection == PAGES}
     totals = {name: max(1, sum(map(kind, asked))) for name, kind in kinds.items()}
     rows = []
     for threshold in BARS:
         for veto in [0.0] + [b for b in BARS if b < threshold]:
             opened = [(a, right) for a, p, right in seen if p >= threshold or (a.confidence >= retrieval_bar and p >= veto)]
             on = [right for a, right in opened if a.answerable]
-            rows.append({"threshold": threshold, "veto": veto, "precision": sum(on) / len(on) if on else 1.0}
+            on_sites = [right for a, right in opened if a.answerable and a.collection == PAGES]
+            rows.append({"threshold": threshold, "veto": veto, "precision": sum(on) / len(on) if on else 1.0,
+                         "site_precision": sum(on_sites) / len(on_sites) if on_sites else 1.0}
                         | {name: sum(map(kind, (a for a, _ in opened))) / totals[name] for name, kind in kinds.items()})
     return rows
+
+
+def chosen_bars(gate: list[dict], veto: float, sites: bool) -> dict | None:
+    """The gate's bars: of the rows meeting the issue's limits, the one opening the most answerable
+    queries (among equals, the one opening the fewest off-topic ones). Blocks must hold an answer
+    MIN_PRECISION of the time; off-topic queries may open it at half MAX_OFF_TOPIC, both those of
+    another domain (easy to refuse) and a documentation site's (docs_sites: its questions come from
+    its headings, easier to answer than a user's, and a few hundred of them leave a bar chosen at the
+    limit no margin). Near-misses are reported beside them, not chosen on: some are answered by
+    another page all the same. Only the sites' off-topic questions say what a confident retrieval
+    the judge doubts is worth, so with them the veto is chosen with the bar; without them it stays
+    export_reranker's (held-out answers almost never fall below it)."""
+    fits = [r for r in gate if (sites or r["veto"] == veto) and r["precision"] >= MIN_PRECISION
+            and r["off_topic_opened"] <= MAX_OFF_TOPIC / 2 and r["site_off_topic_opened"] <= MAX_OFF_TOPIC / 2]
+    return max(fits, key=lambda r: (r["answerable_opened"], -r["off_topic_opened"] - r["site_off_topic_opened"]),
+               default=None)
 
 
 def retrieval_share(weights) -> float:
@@ -291,8 +358,13 @@ def main() -> int:
                         help="also ask task-shaped queries as how-to questions (a model trained with --how-to-queries)")
     parser.add_argument("--pages", action="store_true",
                         help="one file per page, article or module rather than per passage")
+    parser.add_argument("--docs-corpus", type=Path, default=docs_pairs.CORPUS, help="training/docs_corpus.py's chunks")
+    parser.add_argument("--no-sites", dest="sites", action="store_false",
+                        help="leave out the held-out projects' documentation sites (docs_sites)")
     parser.add_argument("--depth", type=int, help="candidates judged (default: as far as the card's blend reaches)")
     parser.add_argument("--asked", type=Path, help="the .asked.json of an earlier run of the same model: choose again, ask nothing")
+    parser.add_argument("--keep-blend", action="store_true",
+                        help="keep the card's blend and choose the gate's bars for it (the model's ranking unchanged)")
     parser.add_argument("--write-card", action="store_true",
                         help="keep the best blend and the gate's bars in the model's card.json")
     args = parser.parse_args()
@@ -310,8 +382,9 @@ def main() -> int:
             for row in rows:  # a passage that another page holds word for word would answer it there
                 row["near"] = near_half(row) and row["passage"] not in held
             write_collections(rows + extra, Path(work) / "collections", pages=args.pages)
+            sites = docs_sites(Path(work) / "collections", args.docs_corpus, random.Random(args.seed)) if args.sites else []
             asked = ask_all(rows, Path(work) / "collections", Path(work) / "home", judge, args.per_collection, args.seed,
-                             args.how_to, depth)
+                             args.how_to, depth, sites)
         args.out.with_suffix(".asked.json").write_text(json.dumps([one.__dict__ for one in asked]))
     if relevance.depth(judge.weights) == depth:
         to_try["the card's"] = judge.weights
@@ -319,21 +392,18 @@ def main() -> int:
     for name, row in blends.items():
         print(f"{name:32s} " + " ".join(f"{k}={v:.3f}" for k, v in row.items()))
     judged_blends = {name: to_try[name] for name in blends if name not in ("retrieval alone", "judge alone")}
-    best_blend = chosen_blend(judged_blends, blends)
+    if args.keep_blend and "the card's" not in judged_blends:
+        parser.error("--keep-blend: the card's blend judges another depth than --depth")
+    best_blend = "the card's" if args.keep_blend else chosen_blend(judged_blends, blends)
     weights = judged_blends[best_blend]
     retrieval_bar = parse_knowledgebase({}).relevance_threshold
     gate = gate_table(asked, retrieval_bar, weights)
     now = next((r for r in gate if r["threshold"] == judge.threshold and r["veto"] == judge.veto), None)
-    # The veto stays export_reranker's (held-out answers almost never fall below it); the bar is the
-    # smallest meeting both of the issue's limits, off-topic at half its limit: these off-topic queries
-    # come from another domain entirely, easier to refuse than a collection's own near-misses (which
-    # are reported beside them, not chosen on: some are answered by another page all the same).
-    best = next((r for r in gate if r["veto"] == judge.veto and r["off_topic_opened"] <= MAX_OFF_TOPIC / 2
-                 and r["precision"] >= MIN_PRECISION), None)
+    best = chosen_bars(gate, judge.veto, any(a.collection == PAGES for a in asked))
     print(f"best blend: {best_blend} {weights}")
     print(f"shut by a named setting (subject.py): {json.dumps(setting_table(asked, weights))}")
     print(f"gate at the card's bars {judge.threshold}/{judge.veto}: {json.dumps(now)}")
-    print(f"the gate's bar (off-topic <= {MAX_OFF_TOPIC / 2}, precision >= {MIN_PRECISION}): {json.dumps(best)}")
+    print(f"the gate's bars (off-topic <= {MAX_OFF_TOPIC / 2}, precision >= {MIN_PRECISION}): {json.dumps(best)}")
     chosen = {"blend": [list(pair) for pair in weights], "blend_name": best_blend, "gate": best,
               "queries": len(asked), "near_misses": sum(a.near for a in asked), "retrieval_bar": retrieval_bar}
     args.out.write_text(json.dumps({"model": judge.identity, **chosen, "blends": blends, "gate_table": gate}, indent=1))

@@ -133,12 +133,18 @@ def nested(one: tuple[str, ...], other: tuple[str, ...]) -> bool:
     return shorter > 0 and one[:shorter] == other[:shorter]
 
 
-def docs_tuples(found: list[dict], rng: random.Random) -> list[tuple[str, ...]]:
+def docs_tuples(found: list[dict], rng: random.Random, foreign_share: float = 0.0) -> list[tuple[str, ...]]:
     """(query, answer, three negatives) for each askable section of the projects not held out: a
     section of the same page, the best BM25 section elsewhere in the same project, and — where the
     question names its project — the best BM25 section of another project (the right kind of answer
     about another thing), else the project's second best. Sections nested in the answer's (or it in
-    theirs) are never negatives: they may answer too."""
+    theirs) are never negatives: they may answer too.
+
+    With `foreign_share`, that share of the unnamed questions meet instead the best BM25 section of
+    another project whose heading shares no word with the answer's: a section that mentions what is
+    asked and is about something else, what a question about one tool meets in another's
+    documentation (a manual's EXPLAIN ANALYZE section printing `Sort Method: quicksort` for "the time
+    complexity of quicksort"). A heading sharing a word might answer the question there, so none does."""
     kept = [s for s in found if s["project"] not in HELD_OUT]
     questions = [(i, q) for i, s in enumerate(kept) if (q := asked(s["title"], s["project"], rng))]
     if not questions:
@@ -165,6 +171,9 @@ def docs_tuples(found: list[dict], rng: random.Random) -> list[tuple[str, ...]]:
         sibling = rng.choice(page) if page else mine[1] if len(mine) > 1 else None
         named = answer["project"] in query
         third = theirs[:1] if named else [j for j in mine[1:] if j != sibling][:1]
+        if foreign_share and not named and rng.random() < foreign_share:
+            about = set(words(answer["title"]))
+            third = [j for j in theirs if about and not about & set(words(kept[j]["title"]))][:1] or third
         if sibling is None or not third:
             continue
         negatives = [sibling, mine[0], third[0]]

@@ -388,6 +388,9 @@ def main() -> int:
     parser.add_argument("--docs-traps-share", type=float, default=0.0,
                         help="the share of --docs-queries that are encyclopaedia and medicine questions against the "
                              "documentation sections BM25 ranks first for them (docs_pairs.general_traps)")
+    parser.add_argument("--docs-foreign-share", type=float, default=0.0,
+                        help="of the unnamed documentation questions, the share whose third negative is another "
+                             "project's section about something else (docs_pairs.docs_tuples)")
     parser.add_argument("--docs-corpus", type=Path, default=CORPUS,
                         help="what `.venv/bin/python training/docs_corpus.py` wrote")
     parser.add_argument("--attentive-pooling", action="store_true",
@@ -523,7 +526,7 @@ def main() -> int:
         train_steps(model, tok, shaped, args.batch, args.trap_lr, say, "stage 4 (chunk-shaped)", args.out / "stage4.pt")
     if args.docs_queries:
         found = sections(args.docs_corpus)
-        documented = docs_tuples(found, random.Random(args.seed + 7))
+        documented = docs_tuples(found, random.Random(args.seed + 7), args.docs_foreign_share)
         say(f"{len(documented)} documentation queries")
         share, trapped = round(args.docs_queries * args.docs_share), round(args.docs_queries * args.docs_traps_share)
         rest = searched(args.seed + 7, args.docs_queries - share - trapped, akin=True, chunked_share=args.chunked_share)
