@@ -106,20 +106,17 @@ def test_a_documentation_site_is_asked_its_own_sections_and_other_projects_quest
     assert calibrate_pipeline.docs_sites(tmp_path / "elsewhere", tmp_path / "missing.jsonl.gz", random.Random(1)) == []
 
 
-def test_the_gates_bars_open_the_most_answers_within_both_off_topic_limits():
+def test_the_gates_bar_opens_the_most_answers_within_both_off_topic_limits_at_the_exports_veto():
     def row(threshold, veto, answerable, off_topic, site_off_topic, precision=0.95):
         return {"threshold": threshold, "veto": veto, "answerable_opened": answerable, "precision": precision,
                 "off_topic_opened": off_topic, "site_off_topic_opened": site_off_topic}
 
     gate = [row(0.4, 0.05, 0.95, 0.005, 0.03),   # a site's off-topic questions open it too often
-            row(0.5, 0.05, 0.90, 0.005, 0.015),
-            row(0.5, 0.15, 0.88, 0.005, 0.008),
-            row(0.5, 0.30, 0.88, 0.004, 0.004),   # as many answers, fewer off-topic: chosen over the last
-            row(0.6, 0.05, 0.89, 0.02, 0.0),      # another domain's off-topic queries open it too often
-            row(0.7, 0.05, 0.80, 0.0, 0.0, precision=0.85)]
-    assert calibrate_pipeline.chosen_bars(gate, 0.05, sites=True) == gate[3]
-    # without the sites the veto stays export_reranker's and the site's column is not there to read (zeros)
-    unsited = [dict(r, site_off_topic_opened=0.0) for r in gate]
-    assert calibrate_pipeline.chosen_bars(unsited, 0.15, sites=False) == unsited[2]
-    assert calibrate_pipeline.chosen_bars(unsited, 0.05, sites=False) == unsited[0]
-    assert calibrate_pipeline.chosen_bars(gate[-1:], 0.05, sites=True) is None
+            row(0.4, 0.15, 0.94, 0.005, 0.01),   # another veto: not the export's
+            row(0.5, 0.05, 0.90, 0.005, 0.015),  # within both limits (a site's: the 2%)
+            row(0.6, 0.05, 0.85, 0.004, 0.004),
+            row(0.45, 0.05, 0.92, 0.012, 0.0),   # another domain's off-topic queries: over half the limit
+            row(0.3, 0.05, 0.97, 0.0, 0.0, precision=0.85)]
+    assert calibrate_pipeline.chosen_bars(gate, 0.05) == gate[2]
+    assert calibrate_pipeline.chosen_bars(gate, 0.15) == gate[1]
+    assert calibrate_pipeline.chosen_bars(gate[-2:], 0.05) is None
