@@ -118,6 +118,8 @@ def test_an_unnamed_question_may_meet_a_section_of_another_project_about_somethi
     for query, answer, *negatives in made:
         third, answer = shown[negatives[2]], shown[answer]
         assert third["project"] != answer["project"], query
+    for query, answer, *negatives in unnamed:
+        third, answer = shown[negatives[2]], shown[answer]
         assert not set(docs_pairs.words(third["title"])) & set(docs_pairs.words(answer["title"])), query
     plain = docs_pairs.docs_tuples(found, random.Random(3))
     assert all(shown[t[4]]["project"] == shown[t[1]]["project"] for t in plain if shown[t[1]]["project"] not in t[0])

@@ -2,7 +2,13 @@
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import io
+import json
+import random
 import sys
+import tarfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "training"))
@@ -67,13 +73,6 @@ def test_a_documentation_site_is_asked_its_own_sections_and_other_projects_quest
     """A held-out project's pages are written as its sdist holds them; its sections' questions are
     answerable there (the answer: the section's page), other projects' questions are off-topic,
     except one whose heading the site also has (it may be answered there)."""
-    import gzip
-    import hashlib
-    import io
-    import json
-    import random
-    import tarfile
-
     body = "The cache keeps every rendered page for ten minutes and drops the oldest entry when it is full again."
     pages = {"guide/cache.md": f"# Guide\n\n## Clearing the cache\n\n{body}\n\n## Configuration\n\n{body}\n"}
     buffer = io.BytesIO()
