@@ -151,15 +151,16 @@ def docs_sites(root: Path, corpus: Path, rng: random.Random) -> list[dict]:
     found = docs_pairs.sections(corpus)
     sources = {source["project"]: source for source in docs_corpus.sources()}
     asked_of = [(section, query) for section in found if (query := docs_pairs.asked(section["title"], section["project"], rng))]
+    heading_of = {id(section): docs_pairs.plain(section["title"]).lower() for section in found}
     queries = []
     for project in sorted(docs_pairs.HELD_OUT):
         site = f"{PAGES}-{project}"
         for page, data in docs_corpus.doc_files(docs_corpus.fetched(sources[project], corpus.parent / "sdists")):
             (root / site / page).parent.mkdir(parents=True, exist_ok=True)
             (root / site / page).write_bytes(data)
-        headings = {docs_pairs.plain(s["title"]).lower() for s in found if s["project"] == project}
+        headings = {heading_of[id(s)] for s in found if s["project"] == project}
         foreign = [query for section, query in asked_of if section["project"] not in docs_pairs.HELD_OUT
-                   and docs_pairs.plain(section["title"]).lower() not in headings]
+                   and heading_of[id(section)] not in headings]
         queries += [{"query": query, "site": site, "file": section["page"]}
                     for section, query in asked_of if section["project"] == project]
         queries += [{"query": query, "site": site, "file": None}
@@ -309,7 +310,7 @@ def gate_table(asked: list[Asked], retrieval_bar: float, weights) -> list[dict]:
         for veto in [0.0] + [b for b in BARS if b < threshold]:
             opened = [(a, right) for a, p, right in seen if p >= threshold or (a.confidence >= retrieval_bar and p >= veto)]
             on = [right for a, right in opened if a.answerable]
-            on_sites = [right for a, right in opened if a.answerable and a.collection == PAGES]
+            on_sites = [right for a, right in opened if kinds["site_answerable_opened"](a)]
             rows.append({"threshold": threshold, "veto": veto, "precision": sum(on) / len(on) if on else 1.0,
                          "site_precision": sum(on_sites) / len(on_sites) if on_sites else 1.0}
                         | {name: sum(map(kind, (a for a, _ in opened))) / totals[name] for name, kind in kinds.items()})
@@ -397,6 +398,8 @@ def main() -> int:
         parser.error("--keep-blend: the card's blend judges another depth than --depth")
     best_blend = "the card's" if args.keep_blend else chosen_blend(judged_blends, blends)
     weights = judged_blends[best_blend]
+    if args.keep_blend:  # named as it was chosen
+        best_blend = judge.card.get("pipeline", {}).get("blend_name", best_blend)
     retrieval_bar = parse_knowledgebase({}).relevance_threshold
     gate = gate_table(asked, retrieval_bar, weights)
     now = next((r for r in gate if r["threshold"] == judge.threshold and r["veto"] == judge.veto), None)
@@ -412,8 +415,6 @@ def main() -> int:
     if args.write_card and best:
         card_file = args.model_dir / "card.json"
         card = json.loads(card_file.read_text())
-        if args.keep_blend:  # the blend's name as it was chosen
-            chosen["blend_name"] = card.get("pipeline", {}).get("blend_name", best_blend)
         card.update({"blend": chosen["blend"], "threshold": best["threshold"], "veto": best["veto"],
                      "pipeline": {k: v for k, v in chosen.items() if k != "blend"} | {"blends": blends}})
         card_file.write_text(json.dumps(card, indent=2) + "\n")
