@@ -308,14 +308,19 @@ def swap_subject(query: str, swap: tuple[str, str] | None) -> str | None:
     return query[:found.start()] + (other.lower() if written.islower() else other) + query[found.end():]
 
 
+def split_pairs(train_dir: Path, rng: random.Random) -> tuple[list[dict], set[str]]:
+    """The pairs a seed draws and the pages and articles it holds out whole (1 in 40)."""
+    rows = load_pairs(train_dir, rng)
+    groups = sorted({r["group"] for r in rows})
+    rng.shuffle(groups)
+    return rows, set(groups[:max(1, len(groups) // 40)])
+
+
 def prepared(train_dir: Path, rng: random.Random, validation: int):
     """The pairs, their distinct passages, each pair's passage, BM25's top 20 for each query, and the
     training and validation rows (whole pages and articles held out): the same for the same seed, so
     export_reranker.py calibrates on the queries training never saw."""
-    rows = load_pairs(train_dir, rng)
-    groups = sorted({r["group"] for r in rows})
-    rng.shuffle(groups)
-    held = set(groups[:max(1, len(groups) // 40)])
+    rows, held = split_pairs(train_dir, rng)
     passages = sorted({r["positive"] for r in rows})
     index_of = {p: i for i, p in enumerate(passages)}
     passage_of = [index_of[r["positive"]] for r in rows]

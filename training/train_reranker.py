@@ -44,8 +44,9 @@ The recipe, and why:
   when its corpus file is there, validation also ranks the held-out projects' sections ("docs").
 - Validation keeps whole pages/articles (and code modules) out of training (grouped split) and ranks
   each held-out query's positive among its BM25 top 20; then export_reranker.py writes the package's
-  files and calibrate_pipeline.py chooses the blend and the gate's bars through the product's own
-  retrieval, on the same held-out queries.
+  files, judge_vocabulary.py the words the model read (a query in a field it never read is left to
+  retrieval), and calibrate_pipeline.py chooses the blend and the gate's bars through the product's
+  own retrieval, on the same held-out queries.
 
 A stage stopped part-way (a session's end) goes on where it stopped when the same command runs again
 with the same --out: it keeps its whole state every 100 steps (train_steps). A stage already finished
@@ -562,6 +563,8 @@ def main() -> int:
     import subprocess
 
     product = REPO / ".venv" / "bin" / "python"
+    subprocess.run([str(product), str(Path(__file__).with_name("judge_vocabulary.py")), "--model-dir", str(args.package_dir),
+                    "--train-dir", str(args.train_dir), "--seed", str(args.seed)], check=True)
     subprocess.run([str(product), str(Path(__file__).with_name("calibrate_pipeline.py")), "--model-dir",
                     str(args.package_dir), "--seed", str(args.seed), "--out", str(args.out / "pipeline.json"),
                     "--depth", str(args.depth or LAYER_PASSAGES // args.layers), "--write-card",

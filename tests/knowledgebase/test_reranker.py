@@ -43,6 +43,9 @@ class CountingEngine:
     def reads_passage(self, text: str) -> bool:
         return True
 
+    def unread_words(self, query: str) -> list[str]:
+        return [word for word in reranker.field_words(query) if word.startswith("zz")]
+
     def scores(self, query, passages):
         self.calls.append(len(passages))
         return [0.95 if self.liked in p else 0.05 for p in passages]
@@ -192,6 +195,41 @@ def test_a_query_the_model_cannot_read_is_not_judged(tree, make_kb):
     result = kb.search("Wie erstellt man ein komprimiertes Archiv?", k=3)
     assert result.hits and result.hits[0].rerank_score is None
     assert "does not read" in result.rerank.skipped
+
+
+def test_words_are_counted_in_lower_case_three_letters_up_split_at_hyphens():
+    assert reranker.field_words("Interferon-induced genes in H2A.Z, it's CTCF") == ["interferon", "induced", "genes", "h2a", "ctcf"]
+
+
+def test_the_shipped_model_knows_which_words_it_never_read(local):
+    card = json.loads((reranker.MODEL_DIR / "card.json").read_text())
+    assert card["vocabulary"]["words"] == len(local._vocabulary) > 50000
+    assert local.unread_words("How do I create a gzipped archive of a folder with tar?") == []
+    field = local.unread_words("Rapamycin decreases the concentration of triacylglycerols in fruit flies.")
+    assert "triacylglycerols" in field and len(field) >= reranker.UNREAD_FIELD
+    assert local.unread_words("How do I install Node.js with nvm?") == []
+    assert local.unread_words("What is the time complexity of quicksort?") == ["quicksort"]  # one: still judged
+
+
+def test_a_model_folder_without_a_vocabulary_judges_every_field(tmp_path):
+    folder = tmp_path / "reranker"
+    folder.mkdir()
+    for name in ("model.onnx", "card.json", "tokenizer.json"):
+        (folder / name).symlink_to(reranker.MODEL_DIR / name)
+    assert LocalReranker(folder).unread_words("Rapamycin decreases triacylglycerols in fruit flies.") == []
+
+
+def test_a_query_in_a_field_the_model_never_read_keeps_retrievals_order_and_says_why(tree, make_kb):
+    kb = make_kb(tree(NOTES), rerank="local")
+    kb.index()
+    engine = CountingEngine("Bread")  # calls a word unread when it starts with "zz"
+    kb.rerankers._loaded["local"] = engine
+    expected = [h.path for h in kb.search("gzipped archive zzfoo zzbar", k=3, rerank="off").hits]
+    result = kb.search("gzipped archive zzfoo zzbar", k=3)
+    assert [h.path for h in result.hits] == expected and all(h.rerank_score is None for h in result.hits)
+    assert "never read (zzfoo, zzbar)" in result.rerank.skipped and engine.calls == []
+    one_name = kb.search("gzipped archive zzfoo", k=3)
+    assert one_name.rerank.skipped is None and engine.calls and one_name.hits[0].rerank_score is not None
 
 
 def test_the_model_reads_passages_in_scripts_it_learned_and_no_others(local):

@@ -9,6 +9,7 @@ in). Every engine answers probabilities in [0, 1]; the blend and the injection g
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import logging
@@ -47,6 +48,14 @@ OTHER_LANGUAGE_SURE = 0.6  # the detector this sure of another language: the que
 READS_SCRIPT = 0.5
 SCRIPT_SAMPLE = 200  # characters of a passage that tell its script
 CACHE_SIZE = 4096
+# The words a model read in training, beside it (training/judge_vocabulary.py). A query naming
+# UNREAD_FIELD or more words outside them is in a field the model never learned: SciFact's claims
+# ("rapamycin", "triacylglycerols") 37% of the time, documentation questions and XQuAD's English ones
+# 0-2% (people's names); there 1.2 judged right abstracts under its veto as often as wrong ones while
+# retrieval was sure of them, so retrieval's order and confidence stand (docs/benchmark-log.md).
+VOCABULARY = "vocabulary.txt.gz"
+UNREAD_FIELD = 2  # one unknown word is mostly a name in passing; two are a field's terms
+FIELD_WORD = re.compile(r"[a-z][a-z0-9]{2,}")
 
 
 class RerankError(RuntimeError):
@@ -66,9 +75,25 @@ class Reranker(Protocol):
 
     def reads_passage(self, text: str) -> bool: ...
 
+    def unread_words(self, query: str) -> list[str]: ...
+
 
 def _sigmoid(values: np.ndarray) -> np.ndarray:
     return 1.0 / (1.0 + np.exp(-np.clip(values, -30, 30)))
+
+
+def field_words(text: str) -> list[str]:
+    """A text's words as the vocabulary counts them: lower case, three or more letters and digits
+    (hyphens and apostrophes split them: "interferon-induced" is two words the model may know)."""
+    return FIELD_WORD.findall(text.lower())
+
+
+def _vocabulary(path: Path) -> frozenset[str] | None:
+    """The words a model folder says its model read, or None where it says nothing (every word read)."""
+    if not path.is_file():
+        return None
+    with gzip.open(path, "rt", encoding="utf-8") as handle:
+        return frozenset(handle.read().split())
 
 
 def _sha256(path: Path) -> str:
@@ -105,6 +130,7 @@ class LocalReranker:
         self._tokenizer.no_padding()
         self._tokenizer.no_truncation()
         self._coverage = model_coverage.TokenizerCoverage(model_dir / "tokenizer.json", analysis.ENGLISH)
+        self._vocabulary = _vocabulary(model_dir / VOCABULARY)
         self._lock = threading.Lock()
         self._run = self._openvino(model, cache_dir) if runtime != "onnxruntime" and openvino_runtime.available() \
             else self._onnxruntime(model)
@@ -148,6 +174,13 @@ class LocalReranker:
         of a search's candidates took 10 ms on 2 cores); a German page reads as pieces the model knows,
         and is judged as before."""
         return self._coverage(text[:SCRIPT_SAMPLE], analysis.ENGLISH) >= READS_SCRIPT
+
+    def unread_words(self, query: str) -> list[str]:
+        """The query's words the model never read in training, in order, each once (none where its
+        folder has no vocabulary)."""
+        if self._vocabulary is None:
+            return []
+        return list(dict.fromkeys(word for word in field_words(query) if word not in self._vocabulary))
 
     def _feeds(self, query: str, passages: Sequence[str]) -> dict[str, np.ndarray]:
         cls, sep = self._tokenizer.token_to_id("[CLS]"), self._tokenizer.token_to_id("[SEP]")
@@ -200,6 +233,9 @@ class EndpointReranker:
     def reads_passage(self, text: str) -> bool:
         return True
 
+    def unread_words(self, query: str) -> list[str]:
+        return []  # what a user's server read is not known here: it judges every field
+
     def scores(self, query: str, passages: Sequence[str]) -> list[float]:
         import httpx
 
@@ -249,6 +285,9 @@ class LlmReranker:
 
     def reads_passage(self, text: str) -> bool:
         return True
+
+    def unread_words(self, query: str) -> list[str]:
+        return []
 
     def scores(self, query: str, passages: Sequence[str]) -> list[float]:
         try:

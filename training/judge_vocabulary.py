@@ -1,0 +1,66 @@
+"""Write the words the relevance model read in training beside it (`vocabulary.txt.gz`).
+
+    .venv/bin/python training/judge_vocabulary.py --model-dir hermes_kb/agent/knowledgebase/models/reranker
+
+A cross-encoder judges what it learned to read. Asked in a field its training never showed (a claim
+about "triacylglycerols" and "rapamycin" against biomedical abstracts), 1.2 judged right abstracts
+under its veto as often as wrong ones while retrieval was sure of them (docs/benchmark-log.md): the
+product leaves such a query to retrieval (reranker.LocalReranker.unread_words), as it leaves a script
+the model does not read. The words are those of the training pairs a seed draws, without its held-out
+pages and articles, and of the functions stage 2 reads, each kept where it occurs at least MIN_COUNT
+times; run in the product's venv (the word rule is the product's own, `reranker.field_words`). A
+fourth stage's documentation sections (--docs-queries, none shipped) are not counted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import random
+import sys
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import pairs  # noqa: E402
+
+sys.path.insert(0, str(pairs.REPO))
+from hermes_kb.agent.knowledgebase import reranker  # noqa: E402
+
+MIN_COUNT = 3  # a word seen once or twice is a name in passing, not a field the model learned
+
+
+def read_words(train_dir: Path, seed: int) -> Counter:
+    rows, held = pairs.split_pairs(train_dir, random.Random(seed))
+    code_train, _ = pairs.code_rows()
+    counts: Counter = Counter()
+    for row in [r for r in rows if r["group"] not in held] + code_train:
+        counts.update(reranker.field_words(f"{row['query']}\n{row['positive']}"))
+    return counts
+
+
+def write(model_dir: Path, counts: Counter, min_count: int = MIN_COUNT) -> dict:
+    """The vocabulary file, and its facts recorded in the card (how many words, from what count)."""
+    words = sorted(word for word, count in counts.items() if count >= min_count)
+    # mtime 0: the same words make the same bytes
+    (model_dir / reranker.VOCABULARY).write_bytes(gzip.compress(("\n".join(words) + "\n").encode(), mtime=0))
+    card_file = model_dir / "card.json"
+    card = json.loads(card_file.read_text())
+    card["vocabulary"] = {"words": len(words), "min_count": min_count}
+    card_file.write_text(json.dumps(card, indent=2) + "\n")
+    return card["vocabulary"]
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--model-dir", type=Path, required=True)
+    parser.add_argument("--train-dir", type=Path, default=pairs.TRAIN_DIR)
+    parser.add_argument("--seed", type=int, default=13, help="the training run's seed (its held-out pages)")
+    args = parser.parse_args()
+    print(json.dumps(write(args.model_dir, read_words(args.train_dir, args.seed))))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
