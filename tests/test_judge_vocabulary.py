@@ -28,13 +28,14 @@ def test_the_words_of_the_training_pages_are_counted_and_the_held_out_pages_are_
     write_source(tmp_path, "squad_v1.1_train", articles)
     for source in set(pairs.SOURCES) - {"squad_v1.1_train"}:
         write_source(tmp_path, source, [])
-    monkeypatch.setattr(pairs, "code_rows", lambda: ([{"query": "Parse the flags.", "positive": "def parse_flags(argv):"}], []))
+    monkeypatch.setattr(pairs, "code_rows", lambda: ([{"query": "Parse the flags.", "positive": "def parse_flags(argv):\n    return argv"}], []))
     seed = next(seed for seed in range(1000) if "squad:Zyxolimab" in pairs.split_pairs(tmp_path, random.Random(seed))[1])
     held = pairs.split_pairs(tmp_path, random.Random(seed))[1]
     counts = judge_vocabulary.read_words(tmp_path, seed)
     assert counts["monks"] == 80 - sum(1 for g in held if g.startswith("squad:Article"))
     assert "zyxolimab" not in counts  # its article held out: words the model never trained on
-    assert counts["parse"] == 2 and counts["argv"] == 1  # the functions stage 2 reads, split as the product splits
+    # the functions stage 2 reads, their words as the product takes them (an identifier is a name, not a word)
+    assert counts["flags"] == 1 and counts["argv"] == 1 and "parse_flags" not in counts
 
 
 def test_the_vocabulary_keeps_words_read_often_enough_and_the_product_reads_it_back(tmp_path):

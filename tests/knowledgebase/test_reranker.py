@@ -197,8 +197,9 @@ def test_a_query_the_model_cannot_read_is_not_judged(tree, make_kb):
     assert "does not read" in result.rerank.skipped
 
 
-def test_words_are_counted_in_lower_case_three_letters_up_split_at_hyphens():
-    assert reranker.field_words("Interferon-induced genes in H2A.Z, it's CTCF") == ["interferon", "induced", "genes", "h2a", "ctcf"]
+def test_a_fields_words_are_plain_words_and_acronyms_not_identifiers():
+    assert reranker.field_words("Interferon-induced genes in H2A.Z, it's CTCF; see filehandle.appendFile") == [
+        "interferon", "induced", "genes", "ctcf", "see"]
 
 
 def test_the_shipped_model_knows_which_words_it_never_read(local):

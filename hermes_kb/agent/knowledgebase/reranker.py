@@ -55,7 +55,13 @@ CACHE_SIZE = 4096
 # retrieval was sure of them, so retrieval's order and confidence stand (docs/benchmark-log.md).
 VOCABULARY = "vocabulary.txt.gz"
 UNREAD_FIELD = 2  # one unknown word is mostly a name in passing; two are a field's terms
-FIELD_WORD = re.compile(r"[a-z][a-z0-9]{2,}")
+# A field's words: plain words (letters, lower case after the first, hyphens between parts, a
+# possessive 's) and acronyms of three letters or more (GAPDH, CTCF). Identifiers (filehandle.appendFile,
+# repo_name1, HFSummaryWriter) and words with digits are the names of API calls a documentation question
+# carries, which the judge reads in context: counted, 3.5% of the npm and Node.js docs' questions were
+# left unjudged (0.2% without them).
+PLAIN_WORD = re.compile(r"([A-Za-z][a-z]+(?:-[A-Za-z][a-z]+)*)(?:['\u2019]s)?|([A-Z]{3,})")
+WORD_EDGES = "\"'`([{<*_,.;:!?)]}>\u201c\u201d\u2018\u2019"
 
 
 class RerankError(RuntimeError):
@@ -83,9 +89,15 @@ def _sigmoid(values: np.ndarray) -> np.ndarray:
 
 
 def field_words(text: str) -> list[str]:
-    """A text's words as the vocabulary counts them: lower case, three or more letters and digits
-    (hyphens and apostrophes split them: "interferon-induced" is two words the model may know)."""
-    return FIELD_WORD.findall(text.lower())
+    """A text's words (PLAIN_WORD) of three letters or more, lower case, as the vocabulary counts them
+    and a query is checked against it; a hyphen splits them ("interferon-induced" is two words the
+    model may know)."""
+    words = []
+    for token in text.split():
+        plain = PLAIN_WORD.fullmatch(token.strip(WORD_EDGES))
+        if plain:
+            words.extend(part.lower() for part in (plain.group(1) or plain.group(2)).split("-") if len(part) >= 3)
+    return words
 
 
 def _vocabulary(path: Path) -> frozenset[str] | None:
