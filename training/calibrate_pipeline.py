@@ -72,7 +72,7 @@ class Asked:
     confidence: float = 0.0
     near: bool = False  # asked of its own kind of collection without its page, article or module
     off_setting: list[bool] = field(default_factory=list)  # per candidate: the question's foreign setting unsaid (subject.py)
-    unread: bool = False  # names a field the model never read (reranker.UNREAD_FIELD): left unjudged, as the product leaves it
+    unread: bool = False  # names a field the model never read (reranker.UNREAD_FIELD): no veto, as in the product
 
 
 def held_out(seed: int, distractors: int) -> tuple[list[dict], list[dict]]:
@@ -220,13 +220,10 @@ def ndcg(order: list[bool]) -> float:
 
 def blended(one: Asked, weights: tuple[tuple[int, float], ...] | None) -> list[int]:
     """Candidate indices in the order a blend gives (None: retrieval's order)."""
-    return ranked(blended_scores(one, weights))
+    return list(range(len(one.retrieval))) if weights is None else ranked(blended_scores(one, weights))
 
 
 def blended_scores(one: Asked, weights) -> list[float]:
-    """The scores the product ranks by: retrieval's where no blend is given or the query is unread."""
-    if weights is None or one.unread:
-        return list(one.retrieval)
     return [relevance.blend(s, p, rank, weights) for rank, (s, p) in enumerate(zip(one.retrieval, one.judged))]
 
 
@@ -276,20 +273,18 @@ def blend_table(asked: list[Asked], blends: dict) -> dict[str, dict[str, float]]
 
 # ---------------------------------------------------------------- the gate
 
-def block_of(one: Asked, weights) -> tuple[float | None, bool, bool]:
-    """The judgement the gate reads (the first passage's; None for an unread query), whether the
-    block the hook would send holds the answer (the first passage and those within COMPANION_MARGIN
-    of its blended score and judged at least COMPANION_RELEVANCE of it, up to max_context_chunks:
-    AutoRetriever.choose), and whether the question's named setting keeps the gate shut
-    (AutoRetriever.verdict)."""
+def block_of(one: Asked, weights) -> tuple[float, bool, bool]:
+    """The judgement the gate reads (the first passage's), whether the block the hook would send
+    holds the answer (the first passage and those within COMPANION_MARGIN of its blended score and
+    judged at least COMPANION_RELEVANCE of it, up to max_context_chunks: AutoRetriever.choose), and
+    whether the question's named setting keeps the gate shut (AutoRetriever.verdict)."""
     scores = blended_scores(one, weights)
     order = ranked(scores)
     first = order[0]
-    judged = [None] * len(scores) if one.unread else one.judged
     block = [i for i in order if scores[i] >= scores[first] - COMPANION_MARGIN
-             and (judged[i] is None or judged[i] >= COMPANION_RELEVANCE * judged[first])][:CHUNKS]
+             and one.judged[i] >= COMPANION_RELEVANCE * one.judged[first]][:CHUNKS]
     shut = bool(one.off_setting) and all(one.off_setting[i] for i in order[:CHUNKS])
-    return judged[first], any(one.right[i] for i in block), shut
+    return one.judged[first], any(one.right[i] for i in block), shut
 
 
 def setting_table(asked: list[Asked], weights) -> dict[str, int]:
@@ -304,8 +299,8 @@ def setting_table(asked: list[Asked], weights) -> dict[str, int]:
 def gate_table(asked: list[Asked], retrieval_bar: float, weights) -> list[dict]:
     """For each (threshold, veto): answerable opened, blocks holding the answer among them, off-topic
     opened (another domain) and near-misses opened (context.AutoRetriever.verdict: the judgement at
-    `threshold`, or a confident retrieval not vetoed; nothing judged, retrieval's confidence alone). A
-    search that found nothing never opens."""
+    `threshold`, or a confident retrieval not vetoed; an unread field has no veto). A search that
+    found nothing never opens."""
     seen = [(a, p, right) for a in asked if a.retrieval for p, right, shut in [block_of(a, weights)] if not shut]
     kinds = {"answerable_opened": lambda a: a.answerable,
              "off_topic_opened": lambda a: not a.answerable and not a.near and a.collection != PAGES,
@@ -317,7 +312,7 @@ def gate_table(asked: list[Asked], retrieval_bar: float, weights) -> list[dict]:
     for threshold in BARS:
         for veto in [0.0] + [b for b in BARS if b < threshold]:
             opened = [(a, right) for a, p, right in seen
-                      if (a.confidence >= retrieval_bar if p is None else p >= threshold or (a.confidence >= retrieval_bar and p >= veto))]
+                      if p >= threshold or (a.confidence >= retrieval_bar and (p >= veto or a.unread))]
             on = [right for a, right in opened if a.answerable]
             on_sites = [right for a, right in opened if kinds["site_answerable_opened"](a)]
             rows.append({"threshold": threshold, "veto": veto, "precision": sum(on) / len(on) if on else 1.0,

@@ -211,7 +211,10 @@ def _scores(hit) -> str:
 def _explain_judgement(result, err: Console, block_size: int) -> None:
     judged = result.rerank
     if judged is not None:
-        note = f": {judged.skipped}" if judged.skipped else ""
+        notes = [judged.skipped] if judged.skipped else []
+        if judged.unread:
+            notes.append(f"the query names words it never read ({', '.join(judged.unread[:3])}): no veto")
+        note = f": {'; '.join(notes)}" if notes else ""
         err.print(f"[dim]relevance stage {safe(judged.engine)}: {judged.judged} judged in "
                   f"{judged.seconds * 1000:.0f} ms{safe(note)}[/]", highlight=False)
     setting = result.setting

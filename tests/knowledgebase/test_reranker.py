@@ -220,17 +220,20 @@ def test_a_model_folder_without_a_vocabulary_judges_every_field(tmp_path):
     assert LocalReranker(folder).unread_words("Rapamycin decreases triacylglycerols in fruit flies.") == []
 
 
-def test_a_query_in_a_field_the_model_never_read_keeps_retrievals_order_and_says_why(tree, make_kb):
-    kb = make_kb(tree(NOTES), rerank="local")
+def test_in_a_field_the_model_never_read_its_veto_does_not_count_and_its_judgement_still_ranks(tree, make_kb):
+    kb = make_kb(tree(NOTES), rerank="local", relevance_threshold=0.0)  # retrieval alone would always open it
     kb.index()
-    engine = CountingEngine("Bread")  # calls a word unread when it starts with "zz"
+    engine = CountingEngine("nothing holds this")  # calls a word unread when it starts with "zz"
+    engine.threshold, engine.veto = 0.99, 0.1  # every passage judged 0.05: under the veto
     kb.rerankers._loaded["local"] = engine
-    expected = [h.path for h in kb.search("gzipped archive zzfoo zzbar", k=3, rerank="off").hits]
-    result = kb.search("gzipped archive zzfoo zzbar", k=3)
-    assert [h.path for h in result.hits] == expected and all(h.rerank_score is None for h in result.hits)
-    assert "never read (zzfoo, zzbar)" in result.rerank.skipped and engine.calls == []
-    one_name = kb.search("gzipped archive zzfoo", k=3)
-    assert one_name.rerank.skipped is None and engine.calls and one_name.hits[0].rerank_score is not None
+    field = kb.search("how do I make a gzipped archive zzfoo zzbar?", k=3)
+    assert field.rerank.unread == ("zzfoo", "zzbar") and field.rerank.veto == 0.0
+    assert all(h.rerank_score == 0.05 for h in field.hits)
+    one_name = kb.search("how do I make a gzipped archive zzfoo?", k=3)
+    assert one_name.rerank.unread == () and one_name.rerank.veto == 0.1
+    hook = AutoRetriever(kb, kb.config)
+    assert hook.block_for("how do I make a gzipped archive zzfoo zzbar?") is not None
+    assert hook.block_for("how do I make a gzipped archive zzfoo?") is None  # one unknown name: vetoed
 
 
 def test_the_model_reads_passages_in_scripts_it_learned_and_no_others(local):

@@ -634,9 +634,8 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
         result.rerank.skipped = "the relevance model does not read this query's language"
         return hits
     unread = engine.unread_words(query)
-    if len(unread) >= relevance.UNREAD_FIELD:
-        result.rerank.skipped = f"the query names words the relevance model never read ({', '.join(unread[:3])}): a field it cannot judge"
-        return hits
+    if len(unread) >= relevance.UNREAD_FIELD:  # a field it never read: its "surely not" is not evidence
+        result.rerank.unread, result.rerank.veto = tuple(unread), 0.0
     candidates = hits[:relevance.depth(engine.weights)]
     if not engine.reads_code and not _at_least_half(candidates, lambda hit: not analysis.looks_like_code(hit.text)):
         result.rerank.skipped = "the candidates are mostly program source, which the relevance model never learned to read"
