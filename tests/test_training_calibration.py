@@ -68,6 +68,7 @@ def test_a_confident_search_in_a_field_the_model_never_read_is_not_vetoed():
     row = next(r for r in calibrate_pipeline.gate_table([unread, judged, unsure], 0.75, weights)
                if r["threshold"] == 0.5 and r["veto"] == 0.05)
     assert row["answerable_opened"] == pytest.approx(1 / 3) and row["precision"] == 1.0  # the unread one alone
+    assert calibrate_pipeline.unread_table([unread, judged, unsure]) == {"answerable": 2, "off_topic": 0, "near_miss": 0}
 
 
 def test_the_blends_tried_reach_as_deep_as_the_engine_judges_and_none_twice():

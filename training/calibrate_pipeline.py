@@ -296,6 +296,13 @@ def setting_table(asked: list[Asked], weights) -> dict[str, int]:
             "named_foreign": sum(bool(a.off_setting) for a in asked)}
 
 
+def unread_table(asked: list[Asked]) -> dict[str, int]:
+    """Searches naming a field the model never read (its veto waived for them), of each kind."""
+    unread = [a for a in asked if a.unread]
+    return {"answerable": sum(a.answerable for a in unread), "off_topic": sum(not a.answerable and not a.near for a in unread),
+            "near_miss": sum(a.near for a in unread)}
+
+
 def gate_table(asked: list[Asked], retrieval_bar: float, weights) -> list[dict]:
     """For each (threshold, veto): answerable opened, blocks holding the answer among them, off-topic
     opened (another domain) and near-misses opened (context.AutoRetriever.verdict: the judgement at
@@ -412,11 +419,13 @@ def main() -> int:
     best = chosen_bars(gate, judge.veto)
     print(f"best blend: {best_blend} {weights}")
     print(f"shut by a named setting (subject.py): {json.dumps(setting_table(asked, weights))}")
+    print(f"in a field the model never read (no veto): {json.dumps(unread_table(asked))}")
     print(f"gate at the card's bars {judge.threshold}/{judge.veto}: {json.dumps(now)}")
     print(f"the gate's bar (off-topic <= {MAX_OFF_TOPIC / 2}, a site's <= {MAX_OFF_TOPIC}, precision >= {MIN_PRECISION}): "
           f"{json.dumps(best)}")
     chosen = {"blend": [list(pair) for pair in weights], "blend_name": best_blend, "gate": best,
-              "queries": len(asked), "near_misses": sum(a.near for a in asked), "retrieval_bar": retrieval_bar}
+              "queries": len(asked), "near_misses": sum(a.near for a in asked), "retrieval_bar": retrieval_bar,
+              "unread_fields": unread_table(asked)}
     args.out.write_text(json.dumps({"model": judge.identity, **chosen, "blends": blends, "gate_table": gate}, indent=1))
     if args.write_card and best:
         card_file = args.model_dir / "card.json"
