@@ -212,7 +212,7 @@ def test_the_shipped_model_knows_which_words_it_never_read(local):
     assert local.unread_words("What is the time complexity of quicksort?") == ["quicksort"]  # one: still judged
 
 
-def test_a_model_folder_without_a_vocabulary_judges_every_field(tmp_path):
+def test_a_model_folder_without_a_vocabulary_counts_every_word_as_read(tmp_path):
     folder = tmp_path / "reranker"
     folder.mkdir()
     for name in ("model.onnx", "card.json", "tokenizer.json"):
