@@ -38,6 +38,21 @@ def test_the_words_of_the_training_pages_are_counted_and_the_held_out_pages_are_
     assert counts["flags"] == 1 and counts["argv"] == 1 and "parse_flags" not in counts
 
 
+def test_a_documentation_stage_adds_the_training_projects_sections_and_not_the_held_out_ones(tmp_path, monkeypatch):
+    for source in pairs.SOURCES:
+        write_source(tmp_path, source, [])
+    monkeypatch.setattr(pairs, "code_rows", lambda: ([], []))
+    body = "The {} keeps every rendered page for ten minutes and drops the oldest entry when it is full."
+    corpus = tmp_path / "docs.jsonl.gz"
+    with gzip.open(corpus, "wt", encoding="utf-8") as handle:
+        for project, word in (("acme", "memcache"), ("jupytext", "notebookcache")):
+            handle.write(json.dumps({"project": project, "page": "cache.md", "heading": "Caching > Expiring",
+                                     "text": f"## Expiring\n\n{body.format(word)}"}) + "\n")
+    assert judge_vocabulary.read_words(tmp_path, 13)["memcache"] == 0
+    counts = judge_vocabulary.read_words(tmp_path, 13, corpus)
+    assert counts["memcache"] == 1 and counts["expiring"] == 2 and "notebookcache" not in counts
+
+
 def test_the_vocabulary_keeps_words_read_often_enough_and_the_product_reads_it_back(tmp_path):
     (tmp_path / "card.json").write_text(json.dumps({"name": "judge", "version": "1"}))
     counts = {"archive": 5, "gzipped": 3, "zyxolimab": 2}

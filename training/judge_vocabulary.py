@@ -9,7 +9,8 @@ product leaves such a query to retrieval (reranker.LocalReranker.unread_words), 
 the model does not read. The words are those of the training pairs a seed draws, without its held-out
 pages and articles, and of the functions stage 2 reads, each kept where it occurs at least MIN_COUNT
 times; run in the product's venv (the word rule is the product's own, `reranker.field_words`). A
-fourth stage's documentation sections (--docs-queries, none shipped) are not counted.
+model with a documentation stage (train_reranker.py --docs-queries) also read the sections of the
+projects docs_pairs trains on (`--docs-corpus`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import docs_pairs  # noqa: E402
 import pairs  # noqa: E402
 
 sys.path.insert(0, str(pairs.REPO))
@@ -31,12 +33,15 @@ from hermes_kb.agent.knowledgebase import reranker  # noqa: E402
 MIN_COUNT = 3  # a word seen once or twice is a name in passing, not a field the model learned
 
 
-def read_words(train_dir: Path, seed: int) -> Counter:
+def read_words(train_dir: Path, seed: int, docs_corpus: Path | None = None) -> Counter:
     rows, held = pairs.split_pairs(train_dir, random.Random(seed))
     code_train, _ = pairs.code_rows()
+    texts = [f"{row['query']}\n{row['positive']}" for row in [r for r in rows if r["group"] not in held] + code_train]
+    if docs_corpus is not None:
+        texts += [one["shown"] for one in docs_pairs.sections(docs_corpus) if one["project"] not in docs_pairs.HELD_OUT]
     counts: Counter = Counter()
-    for row in [r for r in rows if r["group"] not in held] + code_train:
-        counts.update(reranker.field_words(f"{row['query']}\n{row['positive']}"))
+    for text in texts:
+        counts.update(reranker.field_words(text))
     return counts
 
 
@@ -57,8 +62,9 @@ def main() -> int:
     parser.add_argument("--model-dir", type=Path, required=True)
     parser.add_argument("--train-dir", type=Path, default=pairs.TRAIN_DIR)
     parser.add_argument("--seed", type=int, default=13, help="the training run's seed (its held-out pages)")
+    parser.add_argument("--docs-corpus", type=Path, help="docs_corpus.py's chunks, for a model with a documentation stage")
     args = parser.parse_args()
-    print(json.dumps(write(args.model_dir, read_words(args.train_dir, args.seed))))
+    print(json.dumps(write(args.model_dir, read_words(args.train_dir, args.seed, args.docs_corpus))))
     return 0
 
 

@@ -564,7 +564,8 @@ def main() -> int:
 
     product = REPO / ".venv" / "bin" / "python"
     subprocess.run([str(product), str(Path(__file__).with_name("judge_vocabulary.py")), "--model-dir", str(args.package_dir),
-                    "--train-dir", str(args.train_dir), "--seed", str(args.seed)], check=True)
+                    "--train-dir", str(args.train_dir), "--seed", str(args.seed),
+                    *(["--docs-corpus", str(args.docs_corpus)] if args.docs_queries else [])], check=True)
     subprocess.run([str(product), str(Path(__file__).with_name("calibrate_pipeline.py")), "--model-dir",
                     str(args.package_dir), "--seed", str(args.seed), "--out", str(args.out / "pipeline.json"),
                     "--depth", str(args.depth or LAYER_PASSAGES // args.layers), "--write-card",
