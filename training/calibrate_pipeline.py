@@ -187,7 +187,7 @@ def ask_all(rows: list[dict], root: Path, home: Path, judge: relevance.LocalRera
             one.off_setting = [not setting.held_by(h) for h in hits]
         one.retrieval = [h.score for h in hits]
         one.right = [one.answerable and h.path == file for h in hits]
-        one.unread = len(judge.unread_words(text)) >= relevance.UNREAD_FIELD
+        one.unread = bool(relevance.unread_field(judge, text))
         one.judged = judge.scores(text, [f"{h.heading}\n{h.text}" if h.heading else h.text for h in hits]) if hits else []
         return one
 

@@ -44,8 +44,8 @@ The recipe, and why:
   when its corpus file is there, validation also ranks the held-out projects' sections ("docs").
 - Validation keeps whole pages/articles (and code modules) out of training (grouped split) and ranks
   each held-out query's positive among its BM25 top 20; then export_reranker.py writes the package's
-  files, judge_vocabulary.py the words the model read (a query in a field it never read is left to
-  retrieval), and calibrate_pipeline.py chooses the blend and the gate's bars through the product's
+  files, judge_vocabulary.py the words the model read (in a field it never read, its veto does not
+  count), and calibrate_pipeline.py chooses the blend and the gate's bars through the product's
   own retrieval, on the same held-out queries.
 
 A stage stopped part-way (a session's end) goes on where it stopped when the same command runs again

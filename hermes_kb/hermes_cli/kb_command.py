@@ -213,7 +213,8 @@ def _explain_judgement(result, err: Console, block_size: int) -> None:
     if judged is not None:
         notes = [judged.skipped] if judged.skipped else []
         if judged.unread:
-            notes.append(f"the query names words it never read ({', '.join(judged.unread[:3])}): no veto")
+            words = ", ".join(judged.unread[:3]) + (", ..." if len(judged.unread) > 3 else "")
+            notes.append(f"the query names words it never read ({words}): no veto")
         note = f": {'; '.join(notes)}" if notes else ""
         err.print(f"[dim]relevance stage {safe(judged.engine)}: {judged.judged} judged in "
                   f"{judged.seconds * 1000:.0f} ms{safe(note)}[/]", highlight=False)

@@ -200,6 +200,9 @@ def test_a_query_the_model_cannot_read_is_not_judged(tree, make_kb):
 def test_a_fields_words_are_plain_words_and_acronyms_not_identifiers():
     assert reranker.field_words("Interferon-induced genes in H2A.Z, it's CTCF; see filehandle.appendFile") == [
         "interferon", "induced", "genes", "ctcf", "see"]
+    assert reranker.field_words("Rapamycin/triacylglycerols \u2014 non\u2011toxic GAPDH\u2019s \u201cgoitre\u201d") == [
+        "rapamycin", "triacylglycerols", "non", "toxic", "gapdh", "goitre"]
+    assert reranker.field_words("") == [] and reranker.field_words(" \n ") == []
 
 
 def test_the_shipped_model_knows_which_words_it_never_read(local):
@@ -212,12 +215,27 @@ def test_the_shipped_model_knows_which_words_it_never_read(local):
     assert local.unread_words("What is the time complexity of quicksort?") == ["quicksort"]  # one: still judged
 
 
-def test_a_model_folder_without_a_vocabulary_counts_every_word_as_read(tmp_path):
+def test_a_model_folder_without_a_readable_vocabulary_counts_every_word_as_read(tmp_path):
     folder = tmp_path / "reranker"
     folder.mkdir()
     for name in ("model.onnx", "card.json", "tokenizer.json"):
         (folder / name).symlink_to(reranker.MODEL_DIR / name)
-    assert LocalReranker(folder).unread_words("Rapamycin decreases triacylglycerols in fruit flies.") == []
+    claim = "Rapamycin decreases triacylglycerols in fruit flies."
+    assert LocalReranker(folder).unread_words(claim) == []
+    shipped = (reranker.MODEL_DIR / reranker.VOCABULARY).read_bytes()
+    for damaged in (shipped[:len(shipped) // 2], shipped[:20] + bytes(200) + shipped[220:]):
+        (folder / reranker.VOCABULARY).write_bytes(damaged)
+        judge = LocalReranker(folder)  # the judge itself still loads and judges
+        assert judge.unread_words(claim) == [] and judge.scores(claim, ["Fruit flies."])
+
+
+def test_two_unknown_words_in_a_long_message_are_not_a_field(local):
+    claim = "Rapamycin decreases the concentration of triacylglycerols in fruit flies."
+    assert reranker.unread_field(local, claim) == ("rapamycin", "triacylglycerols")
+    pasted = (claim + " The town was founded by monks who built a bridge over the river, kept bees, brewed beer"
+              " and copied books until the abbey burned down in a winter storm that also flooded the market square.")
+    assert len(set(reranker.field_words(pasted))) > reranker.UNREAD_FIELD / reranker.UNREAD_SHARE
+    assert reranker.unread_field(local, pasted) == ()  # two unknown words among 34: names in passing
 
 
 def test_in_a_field_the_model_never_read_its_veto_does_not_count_and_its_judgement_still_ranks(tree, make_kb):

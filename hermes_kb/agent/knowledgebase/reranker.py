@@ -17,6 +17,7 @@ import math
 import os
 import re
 import threading
+import zlib
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,12 +57,17 @@ CACHE_SIZE = 4096
 # the gate at its bar (docs/benchmark-log.md).
 VOCABULARY = "vocabulary.txt.gz"
 UNREAD_FIELD = 2  # one unknown word is mostly a name in passing; two are a field's terms
+# ... and at least this share of the query's words: two names in a pasted page are not a field (every
+# flagged claim of SciFact's is a line of 3-20 words, 10-67% of them unread; no benchmark message is long)
+UNREAD_SHARE = 0.1
 # A field's words: plain words (letters, lower case after the first, hyphens between parts, a
-# possessive 's) and acronyms of three letters or more (GAPDH, CTCF). Identifiers (filehandle.appendFile,
+# possessive 's) and acronyms of three letters or more (GAPDH, CTCF), split at spaces, slashes and dashes
+# (rapamycin/triacylglycerols, word\u2014word). Identifiers (filehandle.appendFile,
 # repo_name1, HFSummaryWriter) and words with digits are the names of API calls a documentation question
 # carries, which the judge reads in context: counted, 3.5% of the npm and Node.js docs' questions
 # would lose the veto (0.2% without them).
-PLAIN_WORD = re.compile(r"([A-Za-z][a-z]+(?:-[A-Za-z][a-z]+)*)(?:['\u2019]s)?|([A-Z]{3,})")
+PLAIN_WORD = re.compile(r"(?:([A-Za-z][a-z]+(?:-[A-Za-z][a-z]+)*)|([A-Z]{3,}))(?:['\u2019]s)?")
+TOKEN_BREAKS = re.compile(r"[\s/\u2010-\u2015]+")
 WORD_EDGES = "\"'`([{<*_,.;:!?)]}>\u201c\u201d\u2018\u2019"
 
 
@@ -94,7 +100,7 @@ def field_words(text: str) -> list[str]:
     and a query is checked against it; a hyphen splits them ("interferon-induced" is two words the
     model may know)."""
     words = []
-    for token in text.split():
+    for token in TOKEN_BREAKS.split(text):
         plain = PLAIN_WORD.fullmatch(token.strip(WORD_EDGES))
         if plain:
             words.extend(part.lower() for part in (plain.group(1) or plain.group(2)).split("-") if len(part) >= 3)
@@ -102,11 +108,25 @@ def field_words(text: str) -> list[str]:
 
 
 def _vocabulary(path: Path) -> frozenset[str] | None:
-    """The words a model folder says its model read, or None where it says nothing (every word read)."""
+    """The words a model folder says its model read, or None where it says nothing or cannot be read
+    (every word read: the veto counts everywhere, as before the file existed; the model still judges)."""
     if not path.is_file():
         return None
-    with gzip.open(path, "rt", encoding="utf-8") as handle:
-        return frozenset(handle.read().split())
+    try:
+        with gzip.open(path, "rt", encoding="utf-8") as handle:
+            return frozenset(handle.read().split())
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+        log.warning("the relevance model's vocabulary %s cannot be read (%s): its veto counts in every field", path, exc)
+        return None
+
+
+def unread_field(engine: Reranker, query: str) -> tuple[str, ...]:
+    """The query's words the engine never read where they make a field it cannot judge (at least
+    UNREAD_FIELD of them and UNREAD_SHARE of its words), else (): there its veto does not count."""
+    unread = engine.unread_words(query)
+    if len(unread) < UNREAD_FIELD or len(unread) < UNREAD_SHARE * len(set(field_words(query))):
+        return ()
+    return tuple(unread)
 
 
 def _sha256(path: Path) -> str:

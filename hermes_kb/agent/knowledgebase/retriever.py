@@ -633,9 +633,6 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
     if not engine.reads(query):
         result.rerank.skipped = "the relevance model does not read this query's language"
         return hits
-    unread = engine.unread_words(query)
-    if len(unread) >= relevance.UNREAD_FIELD:  # a field it never read: its "surely not" is not evidence
-        result.rerank.unread, result.rerank.veto = tuple(unread), 0.0
     candidates = hits[:relevance.depth(engine.weights)]
     if not engine.reads_code and not _at_least_half(candidates, lambda hit: not analysis.looks_like_code(hit.text)):
         result.rerank.skipped = "the candidates are mostly program source, which the relevance model never learned to read"
@@ -643,6 +640,9 @@ def _rerank(result: SearchResult, hits: list[Hit], query: str, options: SearchOp
     if not _at_least_half(candidates, lambda hit: engine.reads_passage(hit.text)):
         result.rerank.skipped = "the candidates are mostly in a script the relevance model does not read"
         return hits
+    unread = relevance.unread_field(engine, query)
+    if unread:  # a field it never read: its "surely not" is not evidence
+        result.rerank.unread, result.rerank.veto = unread, 0.0
     files = [(hit.directory, hit.path) for hit in hits]
     judged = hits[:1] if relevance.decisive([hit.score for hit in hits], files) else candidates
     passages = [f"{hit.heading}\n{hit.text}" if hit.heading else hit.text for hit in judged]
