@@ -106,6 +106,19 @@ def test_deep_knn_returns_every_chunk_ranked(store):
     assert [score for _, score in hits] == sorted((score for _, score in hits), reverse=True)
 
 
+def test_the_sample_of_an_index_is_spread_over_it_and_the_same_each_time(store):
+    """Fusion weighs the vector side by figures read from this sample: drawn at random, the same folder
+    indexed twice scored its hits differently."""
+    texts = [f"chunk number {i}" for i in range(200)]
+    for start in range(0, 200, 20):
+        write(store, f"file{start:03d}.md", texts[start:start + 20])
+    sample = store.sample_texts(20)
+    assert len(set(sample)) == 20 and store.sample_texts(20) == sample
+    numbers = sorted(int(text.split()[-1]) for text in sample)
+    assert numbers[0] < 40 and numbers[-1] >= 160  # not the first twenty, nor the last
+    assert sorted(store.sample_texts(500)) == sorted(texts)
+
+
 def test_chunks_wait_for_vectors_then_get_them(store):
     store.pin_model(IDENTITY)
     ids = write(store, "later.md", ["first", "second"], None)

@@ -17,6 +17,9 @@ REANALYSE_BATCH = 1_000  # chunks whose texts a re-analysis reads at once: the t
 
 CHUNK_COLUMNS = ("c.id, f.path, f.kind, c.ord, c.text, c.start_line, c.end_line, c.page, c.heading, c.content_hash, "
                  "f.size, f.mtime_ns, f.recognised")
+# Chunk ids in a fixed scattered order (Knuth's multiplicative hash, a permutation of ids below 2^32):
+# a sample spread over the whole index that is the same every time the same files are indexed.
+SAMPLE_ORDER = "(id * 2654435761) % 4294967296, id"
 
 
 
@@ -33,6 +36,14 @@ class StoreCommon:
                                         f"ORDER BY id LIMIT {REANALYSE_BATCH}", (after,)).fetchall():
             yield rows
             after = rows[-1][0]
+
+    def sample_texts(self, limit: int) -> list[str]:
+        """Up to `limit` chunk texts spread over the index: what it is like (its share of code, how much
+        of it the model reads), cheaply. Not drawn at random: fusion weighs the vector side by these
+        figures, and a random draw made the same folder, indexed twice, score its hits differently
+        (calibrate_pipeline's nDCG moved by up to 0.01 a form between identical runs)."""
+        return [row[0] for row in self.conn.execute(
+            f"SELECT text FROM {self._t('chunks')} ORDER BY {SAMPLE_ORDER} LIMIT {int(limit)}").fetchall()]
 
     def close(self) -> None:
         self.conn.close()

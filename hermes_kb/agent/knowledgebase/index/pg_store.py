@@ -680,11 +680,6 @@ class PgIndexStore(StoreCommon):
         files, errors = self.conn.execute(f"SELECT COUNT(*), COUNT(error) FROM {self._t('files')}").fetchone()
         return {"files": files, "files_with_errors": errors, "chunks": self.chunk_total(), "vectors": self.vector_count()}
 
-    def sample_texts(self, limit: int) -> list[str]:
-        """Up to `limit` chunk texts drawn at random: what an index is like, cheaply."""
-        return [row[0] for row in self.conn.execute(
-            f"SELECT text FROM {self._t('chunks')} ORDER BY random() LIMIT %s", (limit,)).fetchall()]
-
     def chunks_without_vectors(self) -> int:
         if not self.has_vector_table():
             return 0

@@ -668,10 +668,6 @@ class IndexStore(StoreCommon):
             problems = [str(exc)]
         return problems
 
-    def sample_texts(self, limit: int) -> list[str]:
-        """Up to `limit` chunk texts drawn at random: what an index is like, cheaply."""
-        return [row[0] for row in self.conn.execute("SELECT text FROM chunks ORDER BY random() LIMIT ?", (limit,))]
-
     def chunks_without_vectors(self) -> int:
         """Chunks that have no vector (a re-embed cut short); 0 when no model is pinned yet."""
         if not self.has_vector_table():
