@@ -71,6 +71,21 @@ def test_a_confident_search_in_a_field_the_model_never_read_is_not_vetoed():
     assert calibrate_pipeline.unread_table([unread, judged, unsure]) == {"answerable": 2, "off_topic": 0, "near_miss": 0}
 
 
+def test_the_gate_is_reported_for_each_collection_a_search_was_asked_of():
+    weights = ((12, 0.75),)
+    found = dict(retrieval=[0.9, 0.5], judged=[0.8, 0.1], confidence=0.5)
+    asked = [calibrate_pipeline.Asked("code", "question", True, right=[True, False], **found),
+             calibrate_pipeline.Asked("code", "question", True, right=[True, False], **(found | {"judged": [0.2, 0.1]})),
+             calibrate_pipeline.Asked("code", "question", False, near=True, right=[False, False], **found),
+             calibrate_pipeline.Asked("docs", "question", False, right=[False, False], **found),  # asked of code
+             calibrate_pipeline.Asked("docs", "question", True, right=[False, True], **found)]
+    table = calibrate_pipeline.collection_gate(asked, 0.75, weights, 0.5, 0.05)
+    assert set(table) == {"code", "docs"}
+    assert table["code"] == {"answerable_opened": 0.5, "precision": 1.0, "off_topic_opened": 1.0, "near_miss_opened": 1.0,
+                             "answerable_searches": 2, "off_topic_searches": 1, "near_miss_searches": 1}
+    assert table["docs"]["answerable_opened"] == 1.0 and table["docs"]["precision"] == 0.0
+
+
 def test_the_blends_tried_reach_as_deep_as_the_engine_judges_and_none_twice():
     assert calibrate_pipeline.by_position(12, 0.75, 0.6, 0.4) == ((3, 0.75), (10, 0.6), (12, 0.4))
     assert calibrate_pipeline.by_position(6, 0.75, 0.6, 0.4) == ((3, 0.75), (6, 0.6))

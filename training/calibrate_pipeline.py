@@ -303,11 +303,42 @@ def unread_table(asked: list[Asked]) -> dict[str, int]:
             "near_miss": sum(a.near for a in unread)}
 
 
+def opens(one: Asked, judged: float, threshold: float, veto: float, retrieval_bar: float) -> bool:
+    """AutoRetriever.verdict: the judgement at `threshold`, or a confident retrieval not vetoed (an
+    unread field has no veto)."""
+    return judged >= threshold or (one.confidence >= retrieval_bar and (judged >= veto or one.unread))
+
+
+def asked_of(one: Asked) -> str:
+    """The collection a search was asked of: its own (answerable, a site's off-topic questions), its
+    twin's kind (a near-miss), or the next one (OFF_TOPIC_OF)."""
+    return one.collection if one.answerable or one.near or one.collection == PAGES else OFF_TOPIC_OF[one.collection]
+
+
+def collection_gate(asked: list[Asked], retrieval_bar: float, weights, threshold: float, veto: float) -> dict[str, dict]:
+    """The gate at one pair of bars on each kind of collection: answerable opened, blocks holding the
+    answer, off-topic opened there and near-misses opened. The issue asks code's questions to get a
+    block as often as prose's; gate_table's totals mix them."""
+    table = {}
+    for name in sorted({asked_of(a) for a in asked}):
+        mine = [a for a in asked if asked_of(a) == name]
+        opened = [(a, right) for a in mine if a.retrieval for p, right, shut in [block_of(a, weights)]
+                  if not shut and opens(a, p, threshold, veto, retrieval_bar)]
+        answers = [right for a, right in opened if a.answerable]
+        counts = {"answerable": sum(a.answerable for a in mine), "off_topic": sum(not a.answerable and not a.near for a in mine),
+                  "near_miss": sum(a.near for a in mine)}
+        table[name] = {"answerable_opened": len(answers) / max(1, counts["answerable"]),
+                       "precision": sum(answers) / len(answers) if answers else 1.0,
+                       "off_topic_opened": sum(not a.answerable and not a.near for a, _ in opened) / max(1, counts["off_topic"]),
+                       "near_miss_opened": sum(a.near for a, _ in opened) / max(1, counts["near_miss"])} | {
+                       f"{kind}_searches": n for kind, n in counts.items()}
+    return table
+
+
 def gate_table(asked: list[Asked], retrieval_bar: float, weights) -> list[dict]:
     """For each (threshold, veto): answerable opened, blocks holding the answer among them, off-topic
-    opened (another domain) and near-misses opened (context.AutoRetriever.verdict: the judgement at
-    `threshold`, or a confident retrieval not vetoed; an unread field has no veto). A search that
-    found nothing never opens."""
+    opened (another domain) and near-misses opened (`opens`); the same for the sites alone. A search
+    that found nothing never opens."""
     seen = [(a, p, right) for a in asked if a.retrieval for p, right, shut in [block_of(a, weights)] if not shut]
     kinds = {"answerable_opened": lambda a: a.answerable,
              "off_topic_opened": lambda a: not a.answerable and not a.near and a.collection != PAGES,
@@ -318,8 +349,7 @@ def gate_table(asked: list[Asked], retrieval_bar: float, weights) -> list[dict]:
     rows = []
     for threshold in BARS:
         for veto in [0.0] + [b for b in BARS if b < threshold]:
-            opened = [(a, right) for a, p, right in seen
-                      if p >= threshold or (a.confidence >= retrieval_bar and (p >= veto or a.unread))]
+            opened = [(a, right) for a, p, right in seen if opens(a, p, threshold, veto, retrieval_bar)]
             on = [right for a, right in opened if a.answerable]
             on_sites = [right for a, right in opened if kinds["site_answerable_opened"](a)]
             rows.append({"threshold": threshold, "veto": veto, "precision": sum(on) / len(on) if on else 1.0,
@@ -421,11 +451,14 @@ def main() -> int:
     print(f"shut by a named setting (subject.py): {json.dumps(setting_table(asked, weights))}")
     print(f"in a field the model never read (no veto): {json.dumps(unread_table(asked))}")
     print(f"gate at the card's bars {judge.threshold}/{judge.veto}: {json.dumps(now)}")
+    per_collection = collection_gate(asked, retrieval_bar, weights, judge.threshold, judge.veto)
+    for name, row in per_collection.items():
+        print(f"  asked of {name:10s} " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
     print(f"the gate's bar (off-topic <= {MAX_OFF_TOPIC / 2}, a site's <= {MAX_OFF_TOPIC}, precision >= {MIN_PRECISION}): "
           f"{json.dumps(best)}")
     chosen = {"blend": [list(pair) for pair in weights], "blend_name": best_blend, "gate": best,
               "queries": len(asked), "near_misses": sum(a.near for a in asked), "retrieval_bar": retrieval_bar,
-              "unread_fields": unread_table(asked)}
+              "unread_fields": unread_table(asked), "per_collection": per_collection}
     args.out.write_text(json.dumps({"model": judge.identity, **chosen, "blends": blends, "gate_table": gate}, indent=1))
     if args.write_card and best:
         card_file = args.model_dir / "card.json"
