@@ -20,7 +20,8 @@ name and, as off-topic, other projects' documentation questions (docs_sites).
 Reported, and written to --out as JSON: nDCG@10 of retrieval alone, of the shipped blend and of other
 blends; for the gate, the share of answerable queries opened, the share of opened blocks whose first
 passage is the answer, and the shares of off-topic queries and of near-misses opened, for each pair of
-bars, and the same for the documentation sites alone (site_*); the bars chosen by chosen_bars.
+bars, and the same for the documentation sites alone (site_*); the bars chosen by chosen_bars, and the gate
+at them by the collection a search was asked of (collection_gate: code, docs, Wikipedia, the sites).
 """
 
 from __future__ import annotations
@@ -451,11 +452,13 @@ def main() -> int:
     print(f"shut by a named setting (subject.py): {json.dumps(setting_table(asked, weights))}")
     print(f"in a field the model never read (no veto): {json.dumps(unread_table(asked))}")
     print(f"gate at the card's bars {judge.threshold}/{judge.veto}: {json.dumps(now)}")
-    per_collection = collection_gate(asked, retrieval_bar, weights, judge.threshold, judge.veto)
-    for name, row in per_collection.items():
-        print(f"  asked of {name:10s} " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
     print(f"the gate's bar (off-topic <= {MAX_OFF_TOPIC / 2}, a site's <= {MAX_OFF_TOPIC}, precision >= {MIN_PRECISION}): "
           f"{json.dumps(best)}")
+    bars = best or {"threshold": judge.threshold, "veto": judge.veto}  # those the card keeps
+    per_collection = collection_gate(asked, retrieval_bar, weights, bars["threshold"], bars["veto"])
+    print(f"by the collection asked, at {bars['threshold']}/{bars['veto']}:")
+    for name, row in per_collection.items():
+        print(f"  {name:10s} " + " ".join(f"{k}={v:.3f}" if isinstance(v, float) else f"{k}={v}" for k, v in row.items()))
     chosen = {"blend": [list(pair) for pair in weights], "blend_name": best_blend, "gate": best,
               "queries": len(asked), "near_misses": sum(a.near for a in asked), "retrieval_bar": retrieval_bar,
               "unread_fields": unread_table(asked), "per_collection": per_collection}
