@@ -288,20 +288,26 @@ def block_of(one: Asked, weights) -> tuple[float, bool, bool]:
     return one.judged[first], any(one.right[i] for i in block), shut
 
 
+SEARCH_KINDS = {"answerable": lambda a: a.answerable, "off_topic": lambda a: not a.answerable and not a.near,
+                "near_miss": lambda a: a.near}
+
+
+def by_kind(searches: list[Asked]) -> dict[str, int]:
+    """How many of the searches are answerable, off-topic and near-misses."""
+    return {kind: sum(map(test, searches)) for kind, test in SEARCH_KINDS.items()}
+
+
 def setting_table(asked: list[Asked], weights) -> dict[str, int]:
     """Searches whose named setting shut the gate (subject.py), of each kind: what the rule costs in
     answers and what it refuses."""
     shut = [(a, right) for a in asked if a.retrieval for _, right, closed in [block_of(a, weights)] if closed]
-    return {"answerable": sum(a.answerable for a, _ in shut), "answerable_right": sum(a.answerable and right for a, right in shut),
-            "off_topic": sum(not a.answerable and not a.near for a, _ in shut), "near_miss": sum(a.near for a, _ in shut),
-            "named_foreign": sum(bool(a.off_setting) for a in asked)}
+    return by_kind([a for a, _ in shut]) | {"answerable_right": sum(a.answerable and right for a, right in shut),
+                                            "named_foreign": sum(bool(a.off_setting) for a in asked)}
 
 
 def unread_table(asked: list[Asked]) -> dict[str, int]:
     """Searches naming a field the model never read (its veto waived for them), of each kind."""
-    unread = [a for a in asked if a.unread]
-    return {"answerable": sum(a.answerable for a in unread), "off_topic": sum(not a.answerable and not a.near for a in unread),
-            "near_miss": sum(a.near for a in unread)}
+    return by_kind([a for a in asked if a.unread])
 
 
 def opens(one: Asked, judged: float, threshold: float, veto: float, retrieval_bar: float) -> bool:
@@ -317,22 +323,18 @@ def asked_of(one: Asked) -> str:
 
 
 def collection_gate(asked: list[Asked], retrieval_bar: float, weights, threshold: float, veto: float) -> dict[str, dict]:
-    """The gate at one pair of bars on each kind of collection: answerable opened, blocks holding the
-    answer, off-topic opened there and near-misses opened. The issue asks code's questions to get a
-    block as often as prose's; gate_table's totals mix them."""
+    """The gate at one pair of bars on each kind of collection: answerable, off-topic and near-miss
+    searches opened, and blocks holding the answer. The issue asks code's questions to get a block as
+    often as prose's; gate_table's totals mix them."""
     table = {}
     for name in sorted({asked_of(a) for a in asked}):
         mine = [a for a in asked if asked_of(a) == name]
         opened = [(a, right) for a in mine if a.retrieval for p, right, shut in [block_of(a, weights)]
                   if not shut and opens(a, p, threshold, veto, retrieval_bar)]
         answers = [right for a, right in opened if a.answerable]
-        counts = {"answerable": sum(a.answerable for a in mine), "off_topic": sum(not a.answerable and not a.near for a in mine),
-                  "near_miss": sum(a.near for a in mine)}
-        table[name] = {"answerable_opened": len(answers) / max(1, counts["answerable"]),
-                       "precision": sum(answers) / len(answers) if answers else 1.0,
-                       "off_topic_opened": sum(not a.answerable and not a.near for a, _ in opened) / max(1, counts["off_topic"]),
-                       "near_miss_opened": sum(a.near for a, _ in opened) / max(1, counts["near_miss"])} | {
-                       f"{kind}_searches": n for kind, n in counts.items()}
+        counts, opened_counts = by_kind(mine), by_kind([a for a, _ in opened])
+        table[name] = {f"{kind}_opened": opened_counts[kind] / max(1, n) for kind, n in counts.items()} | {
+            "precision": sum(answers) / len(answers) if answers else 1.0} | {f"{kind}_searches": n for kind, n in counts.items()}
     return table
 
 

@@ -5,9 +5,10 @@
 A cross-encoder judges what it learned to read. Asked in a field its training never showed (a claim
 about "triacylglycerols" and "rapamycin" against biomedical abstracts), 1.2 judged right abstracts
 under its veto as often as wrong ones while retrieval was sure of them (docs/benchmark-log.md): for
-such a query the product still judges, but the model's veto does not count (reranker.unread_field). The words are those of the training pairs a seed draws, without its held-out
-pages and articles, and of the functions stage 2 reads, each kept where it occurs at least MIN_COUNT
-times; run in the product's venv (the word rule is the product's own, `reranker.field_words`). A
+such a query the product still judges, but the model's veto does not count (reranker.unread_field).
+The words are those of the training pairs a seed draws, without its held-out pages and articles, and
+of the functions stage 2 reads, each kept where it occurs at least MIN_COUNT times; run in the
+product's venv (the word rule is the product's own, `reranker.field_words`). A
 model with a documentation stage (train_reranker.py --docs-queries) also read the sections of the
 projects docs_pairs trains on (`--docs-corpus`).
 """

@@ -22,7 +22,6 @@ CHUNK_COLUMNS = ("c.id, f.path, f.kind, c.ord, c.text, c.start_line, c.end_line,
 SAMPLE_ORDER = "(id * 2654435761) % 4294967296, id"
 
 
-
 class StoreCommon:
     """What both stores (SQLite here, PostgreSQL in pg_store) do the same way on top of their own SQL:
     each supplies conn, path, _t (a table's qualified name), meta, all_meta, set_meta, has_vector_table, transaction,
