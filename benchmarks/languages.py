@@ -52,8 +52,9 @@ def main() -> None:
                      f"{found.index_seconds:.0f}"])
         data.append({"language": language, **found.to_dict()})
     columns = ["language", "chunks", *[f"{name} nDCG@10" for name in systems], "hybrid - best single", "index s"]
-    if args.json:
+    if args.json:  # JSON alone on stdout, as retrieval.py: a table after it made it unparseable
         print(json.dumps(data, indent=2))
+        return
     report("XQuAD per language" + (f" ({', '.join(args.set)})" if args.set else ""), columns, rows,
            write=not args.no_write)
 
